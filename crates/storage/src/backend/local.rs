@@ -1,0 +1,346 @@
+//! Local file system: a directory tree read with blocking I/O on tokio's blocking pool.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+
+use crate::{Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix};
+
+/// A directory on local disk. Keys never reach outside it: `..` and absolute keys are
+/// refused, and so, by default, is a symlink whose target lies outside the root.
+#[derive(Debug, Clone)]
+pub struct LocalStore {
+    root: PathBuf,
+    name: String,
+    allow_external_symlinks: bool,
+}
+
+impl LocalStore {
+    /// A store over the directory `root`, which must exist.
+    pub fn new(root: impl AsRef<Path>) -> Result<Self> {
+        let given = root.as_ref();
+        let name = format!("file://{}", given.display());
+        let root = given.canonicalize().map_err(|e| {
+            io_error(&name, "", e).context("cannot open the store's root directory")
+        })?;
+        if !root.is_dir() {
+            return Err(Error::new(
+                ErrorKind::NotFound,
+                name,
+                "",
+                "the store's root is not a directory",
+            ));
+        }
+        Ok(Self {
+            name: format!("file://{}", root.display()),
+            root,
+            allow_external_symlinks: false,
+        })
+    }
+
+    /// Follow symlinks that lead outside the root (ImageNet trees are often symlink farms).
+    /// Off by default, so a key can never read a file the root does not contain.
+    pub fn allow_external_symlinks(mut self, allow: bool) -> Self {
+        self.allow_external_symlinks = allow;
+        self
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path of `key`, checked to stay inside the root unless external symlinks are allowed.
+    /// Blocking: it touches the file system.
+    fn resolve(&self, key: &str) -> Result<PathBuf> {
+        check_key(&self.name, key)?;
+        let path = self.root.join(key);
+        if self.allow_external_symlinks {
+            return Ok(path);
+        }
+        let real = path
+            .canonicalize()
+            .map_err(|e| io_error(&self.name, key, e))?;
+        if !real.starts_with(&self.root) {
+            return Err(Error::new(
+                ErrorKind::PermissionDenied,
+                &self.name,
+                key,
+                "a symlink leads outside the store's root; allow it with \
+                 `allow_external_symlinks` if the tree is a symlink farm",
+            ));
+        }
+        Ok(real)
+    }
+
+    /// Run blocking file work off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        key: &str,
+        work: impl FnOnce(&Self, &str) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let this = self.clone();
+        let owned = key.to_owned();
+        tokio::task::spawn_blocking(move || work(&this, &owned))
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Other,
+                    &self.name,
+                    key,
+                    "the blocking read task failed",
+                )
+                .with_source(e)
+            })?
+    }
+}
+
+/// Map an I/O error to our kinds: a missing file is NotFound, a refused one PermissionDenied.
+fn io_error(backend: &str, key: &str, err: std::io::Error) -> Error {
+    use std::io::ErrorKind as Io;
+    let kind = match err.kind() {
+        Io::NotFound | Io::NotADirectory | Io::IsADirectory => ErrorKind::NotFound,
+        Io::PermissionDenied => ErrorKind::PermissionDenied,
+        Io::Interrupted | Io::WouldBlock => ErrorKind::Transient,
+        Io::TimedOut => ErrorKind::Timeout,
+        Io::InvalidInput | Io::InvalidFilename => ErrorKind::InvalidKey,
+        _ => ErrorKind::Other,
+    };
+    Error::new(kind, backend, key, "").with_source(err)
+}
+
+fn open_file(store: &LocalStore, key: &str) -> Result<(File, u64)> {
+    let path = store.resolve(key)?;
+    let file = File::open(&path).map_err(|e| io_error(&store.name, key, e))?;
+    let meta = file.metadata().map_err(|e| io_error(&store.name, key, e))?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            &store.name,
+            key,
+            "not a regular file",
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+#[async_trait]
+impl Storage for LocalStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        self.blocking(key, |store, key| {
+            let (mut file, len) = open_file(store, key)?;
+            let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+            file.read_to_end(&mut buf)
+                .map_err(|e| io_error(&store.name, key, e))?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        if range.start > range.end {
+            return Err(invalid_range(&self.name, key, &range));
+        }
+        self.blocking(key, move |store, key| {
+            let (mut file, len) = open_file(store, key)?;
+            if range.start > len {
+                return Err(Error::new(
+                    ErrorKind::Other,
+                    &store.name,
+                    key,
+                    format!(
+                        "range starts at {} but the object has {len} bytes",
+                        range.start
+                    ),
+                ));
+            }
+            let end = range.end.min(len);
+            let want = usize::try_from(end - range.start)
+                .map_err(|_| invalid_range(&store.name, key, &range))?;
+            let mut buf = vec![0; want];
+            file.seek(SeekFrom::Start(range.start))
+                .and_then(|_| file.read_exact(&mut buf))
+                .map_err(|e| io_error(&store.name, key, e))?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.blocking(key, |store, key| {
+            let (_, size) = open_file(store, key)?;
+            Ok(ObjectMeta {
+                key: key.to_owned(),
+                size,
+            })
+        })
+        .await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
+        let prefix = match check_prefix(&self.name, prefix) {
+            Ok(prefix) => prefix.to_owned(),
+            Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+        };
+        // A bounded channel fed by a blocking thread: a million-file tree streams in
+        // constant memory, and the walk stops when the receiver is dropped.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || walk(&store, &prefix, &tx));
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+    }
+}
+
+fn invalid_range(backend: &str, key: &str, range: &Range<u64>) -> Error {
+    Error::new(
+        ErrorKind::Other,
+        backend,
+        key,
+        format!("invalid byte range {range:?}"),
+    )
+}
+
+/// Walk the tree under `prefix` in file-name order, sending each regular file's metadata.
+fn walk(store: &LocalStore, prefix: &str, tx: &tokio::sync::mpsc::Sender<Result<ObjectMeta>>) {
+    let start = store.root.join(prefix);
+    if !start.exists() {
+        return; // an empty listing, as object stores give for an unknown prefix
+    }
+    let walker = walkdir::WalkDir::new(&start)
+        .follow_links(store.allow_external_symlinks)
+        .sort_by_file_name();
+    for entry in walker {
+        let item = match entry {
+            Ok(entry) => match list_entry(store, &entry) {
+                Some(item) => item,
+                None => continue,
+            },
+            Err(e) => {
+                let key = e
+                    .path()
+                    .and_then(|p| p.strip_prefix(&store.root).ok())
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Err(Error::new(ErrorKind::Other, &store.name, key, "cannot list").with_source(e))
+            }
+        };
+        if tx.blocking_send(item).is_err() {
+            return;
+        }
+    }
+}
+
+/// The listing entry for a walked path: `None` for directories, an error for names that
+/// are not UTF-8 and for symlinks that lead outside the root (so nothing is dropped silently).
+fn list_entry(store: &LocalStore, entry: &walkdir::DirEntry) -> Option<Result<ObjectMeta>> {
+    let rel = entry.path().strip_prefix(&store.root).ok()?;
+    let Some(key) = rel
+        .to_str()
+        .map(|k| k.replace(std::path::MAIN_SEPARATOR, "/"))
+    else {
+        return Some(Err(Error::new(
+            ErrorKind::InvalidKey,
+            &store.name,
+            rel.to_string_lossy(),
+            "the file name is not valid UTF-8",
+        )));
+    };
+    let file_type = entry.file_type();
+    if file_type.is_dir() {
+        return None;
+    }
+    if file_type.is_symlink() {
+        // Not followed (external symlinks are not allowed): list it only if it is a file
+        // inside the root, exactly as `get` would read it.
+        return match store
+            .resolve(&key)
+            .and_then(|p| std::fs::metadata(&p).map_err(|e| io_error(&store.name, &key, e)))
+        {
+            Ok(meta) if meta.is_file() => Some(Ok(ObjectMeta {
+                key,
+                size: meta.len(),
+            })),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        };
+    }
+    match entry.metadata() {
+        Ok(meta) if meta.is_file() => Some(Ok(ObjectMeta {
+            key,
+            size: meta.len(),
+        })),
+        Ok(_) => None,
+        Err(e) => Some(Err(Error::new(
+            ErrorKind::Other,
+            &store.name,
+            key,
+            "cannot stat",
+        )
+        .with_source(e))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn symlink_outside_root_is_refused_unless_allowed() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s3cr3t").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("inside"), b"ok").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("link"))
+            .unwrap();
+        std::os::unix::fs::symlink(root.path().join("inside"), root.path().join("alias")).unwrap();
+
+        let store = LocalStore::new(root.path()).unwrap();
+        let err = store.get("link").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+        assert!(err.to_string().contains("allow_external_symlinks"), "{err}");
+        // A symlink that stays inside the root is fine.
+        assert_eq!(store.get("alias").await.unwrap().as_ref(), b"ok");
+
+        let keys: Vec<_> = store.list("").collect().await;
+        assert_eq!(keys.len(), 3);
+        assert!(
+            keys.iter()
+                .any(|k| k.as_ref().is_err_and(|e| e.key() == "link"))
+        );
+
+        let store = store.allow_external_symlinks(true);
+        assert_eq!(store.get("link").await.unwrap().as_ref(), b"s3cr3t");
+    }
+
+    #[tokio::test]
+    async fn directories_are_not_objects() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("dir")).unwrap();
+        let store = LocalStore::new(root.path()).unwrap();
+        assert_eq!(
+            store.get("dir").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            store.head("dir").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn missing_root_is_a_clear_error() {
+        let err = LocalStore::new("/definitely/not/here").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound);
+        assert!(err.to_string().contains("/definitely/not/here"), "{err}");
+    }
+}

@@ -1,0 +1,219 @@
+//! `object_store` adapter: S3, HTTP(S), GCS, Azure and memory behind one type.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use ::object_store::path::Path;
+use ::object_store::{ObjectStore, ObjectStoreExt};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+
+use crate::{Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix};
+
+/// Which service sits behind the adapter; it decides how some errors read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Flavor {
+    /// Amazon S3 or an S3-compatible server.
+    S3,
+    /// A plain HTTP(S) file server; it lists only if it speaks WebDAV.
+    Http,
+    /// Google Cloud Storage.
+    Gcs,
+    /// Azure Blob Storage.
+    Azure,
+    /// An in-memory store.
+    Memory,
+    /// Any other `ObjectStore` a caller brought.
+    Other,
+}
+
+/// Any [`ObjectStore`] as a [`Storage`]. Build one with [`crate::from_url`], or wrap a
+/// store you configured yourself with [`ObjectStoreAdapter::new`].
+pub struct ObjectStoreAdapter {
+    inner: Arc<dyn ObjectStore>,
+    name: String,
+    flavor: Flavor,
+}
+
+impl std::fmt::Debug for ObjectStoreAdapter {
+    // Not derived: object_store's stores and builders print their credentials in Debug.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStoreAdapter")
+            .field("name", &self.name)
+            .field("flavor", &self.flavor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectStoreAdapter {
+    /// Wrap `inner`, naming it `name` in errors (give a URL without credentials).
+    pub fn new(inner: Arc<dyn ObjectStore>, name: impl Into<String>, flavor: Flavor) -> Self {
+        Self {
+            inner,
+            name: name.into(),
+            flavor,
+        }
+    }
+
+    /// The wrapped store, for operations this crate does not cover (e.g. writing).
+    pub fn inner(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
+    }
+
+    fn path(&self, key: &str) -> Result<Path> {
+        check_key(&self.name, key)?;
+        Path::parse(key)
+            .map_err(|e| Error::new(ErrorKind::InvalidKey, &self.name, key, "").with_source(e))
+    }
+
+    fn error(&self, key: &str, err: ::object_store::Error) -> Error {
+        map_error(&self.name, key, err)
+    }
+}
+
+/// Translate an `object_store` error into our kinds. HTTP status codes are read from the
+/// error text because object_store keeps its retry error type private.
+pub(crate) fn map_error(backend: &str, key: &str, err: ::object_store::Error) -> Error {
+    use ::object_store::Error as E;
+    let kind = match &err {
+        E::NotFound { .. } => ErrorKind::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::PermissionDenied,
+        E::InvalidPath { .. } => ErrorKind::InvalidKey,
+        E::NotSupported { .. } | E::NotImplemented { .. } => ErrorKind::Unsupported,
+        E::UnknownConfigurationKey { .. } => ErrorKind::Other,
+        _ => classify_chain(&err),
+    };
+    Error::new(kind, backend, key, "").with_source(err)
+}
+
+fn classify_chain(err: &(dyn std::error::Error + 'static)) -> ErrorKind {
+    use ::object_store::client::{HttpError, HttpErrorKind};
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(http) = e.downcast_ref::<HttpError>() {
+            return match http.kind() {
+                HttpErrorKind::Timeout => ErrorKind::Timeout,
+                // A refused or reset connection and a body cut short are worth a retry.
+                HttpErrorKind::Connect
+                | HttpErrorKind::Request
+                | HttpErrorKind::Interrupted
+                | HttpErrorKind::Decode => ErrorKind::Transient,
+                _ => ErrorKind::Other,
+            };
+        }
+        if let Some(status) = status_in(&e.to_string()) {
+            return match status {
+                401 | 403 => ErrorKind::PermissionDenied,
+                404 | 410 => ErrorKind::NotFound,
+                405 | 501 => ErrorKind::Unsupported,
+                408 => ErrorKind::Timeout,
+                429 | 500..=599 => ErrorKind::Transient,
+                _ => ErrorKind::Other,
+            };
+        }
+        current = e.source();
+    }
+    ErrorKind::Other
+}
+
+/// The status in object_store's "Server returned non-2xx status code: 503 ..." message.
+fn status_in(message: &str) -> Option<u16> {
+    let rest = message.split_once("status code: ")?.1;
+    rest.get(..3)?.parse().ok()
+}
+
+#[async_trait]
+impl Storage for ObjectStoreAdapter {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        let path = self.path(key)?;
+        let result = self
+            .inner
+            .get(&path)
+            .await
+            .map_err(|e| self.error(key, e))?;
+        result.bytes().await.map_err(|e| self.error(key, e))
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        let path = self.path(key)?;
+        if range.start > range.end {
+            return Err(Error::new(
+                ErrorKind::Other,
+                &self.name,
+                key,
+                format!("invalid byte range {range:?}"),
+            ));
+        }
+        if range.start == range.end {
+            return Ok(Bytes::new());
+        }
+        self.inner
+            .get_range(&path, range)
+            .await
+            .map_err(|e| self.error(key, e))
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let path = self.path(key)?;
+        let meta = self
+            .inner
+            .head(&path)
+            .await
+            .map_err(|e| self.error(key, e))?;
+        Ok(ObjectMeta {
+            key: key.to_owned(),
+            size: meta.size,
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
+        let prefix = match check_prefix(&self.name, prefix) {
+            Ok("") => None,
+            Ok(p) => Some(Path::from(p)),
+            Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
+        };
+        let flavor = self.flavor;
+        self.inner
+            .list(prefix.as_ref())
+            .map_ok(|meta| ObjectMeta {
+                key: meta.location.to_string(),
+                size: meta.size,
+            })
+            .map_err(move |e| {
+                let err = self.error(prefix.as_ref().map_or("", |p| p.as_ref()), e);
+                if flavor == Flavor::Http && !err.kind().is_retryable() {
+                    // Static file servers answer PROPFIND with 404/405/501 or garbage.
+                    Error::new(
+                        ErrorKind::Unsupported,
+                        &self.name,
+                        err.key(),
+                        "this HTTP server cannot list (it does not answer WebDAV PROPFIND); \
+                         describe the dataset with a manifest instead",
+                    )
+                    .with_source(err)
+                } else {
+                    err
+                }
+            })
+            .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_status_from_object_store_messages() {
+        let msg = "Error performing GET http://x/y in 1ms - Server returned non-2xx status code: 503 Service Unavailable: ";
+        assert_eq!(status_in(msg), Some(503));
+        assert_eq!(status_in("connection reset"), None);
+    }
+}

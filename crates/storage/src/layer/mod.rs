@@ -1,0 +1,19 @@
+//! Layers: stores that wrap a store and add one behaviour each, composable in any order.
+//!
+//! A usual stack for remote storage, outermost first: metrics → retry → timeout → limit →
+//! backend, so a timed-out attempt is retried and the metrics see what the caller saw.
+//! [`StorageExt`](crate::StorageExt) builds them with method calls.
+
+mod faults;
+mod latency;
+mod limit;
+mod metrics;
+mod retry;
+mod timeout;
+
+pub use faults::{FaultConfig, FaultStore};
+pub use latency::{Latency, LatencyStore};
+pub use limit::LimitStore;
+pub use metrics::{LatencySummary, MetricsSnapshot, MetricsStore, StorageMetrics};
+pub use retry::{RetryConfig, RetryStats, RetryStore};
+pub use timeout::TimeoutStore;

@@ -1,0 +1,188 @@
+//! Retry transient failures with exponential backoff and jitter, within bounds.
+
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::{ObjectMeta, Result, Storage};
+
+/// When and how often to retry. Only errors whose kind
+/// [is retryable](crate::ErrorKind::is_retryable) (transient, timeout) are retried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// Attempts in all, the first included; 1 means no retry.
+    pub max_attempts: u32,
+    /// The backoff before the first retry; it grows by `multiplier` per retry.
+    pub initial_backoff: Duration,
+    /// The longest single backoff.
+    pub max_backoff: Duration,
+    /// Growth of the backoff per retry.
+    pub multiplier: f64,
+    /// No retry starts after this much time since the first attempt.
+    pub max_elapsed: Duration,
+    /// Seed of the jitter, so tests are repeatable.
+    pub seed: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            multiplier: 2.0,
+            max_elapsed: Duration::from_secs(30),
+            seed: 0,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The backoff before retry number `retry` (1-based): "equal jitter", half fixed and
+    /// half random, so retries of many requests spread out but never collapse to zero.
+    fn backoff(&self, retry: u32, rng: &mut StdRng) -> Duration {
+        let exp = self
+            .multiplier
+            .max(1.0)
+            .powi(retry.saturating_sub(1).min(64) as i32);
+        let cap = self.initial_backoff.mul_f64(exp).min(self.max_backoff);
+        let half = cap / 2;
+        half + half.mul_f64(rng.random::<f64>())
+    }
+}
+
+/// How often a [`RetryStore`] has retried and given up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryStats {
+    /// Attempts after the first.
+    pub retries: u64,
+    /// Requests that failed with a retryable error after all attempts or time were spent.
+    pub exhausted: u64,
+}
+
+/// A store that retries its inner store's transient failures.
+///
+/// Listing is not retried: a stream cannot be restarted without repeating items.
+#[derive(Debug)]
+pub struct RetryStore<S> {
+    inner: S,
+    config: RetryConfig,
+    rng: Mutex<StdRng>,
+    retries: AtomicU64,
+    exhausted: AtomicU64,
+}
+
+impl<S: Storage> RetryStore<S> {
+    /// Wrap `inner`.
+    pub fn new(inner: S, config: RetryConfig) -> Self {
+        let rng = Mutex::new(StdRng::seed_from_u64(config.seed));
+        Self {
+            inner,
+            config,
+            rng,
+            retries: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
+        }
+    }
+
+    /// Counters since the store was made.
+    pub fn stats(&self) -> RetryStats {
+        RetryStats {
+            retries: self.retries.load(Ordering::Relaxed),
+            exhausted: self.exhausted.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn retry<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let start = Instant::now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let err = match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(err) if !err.kind().is_retryable() => return Err(err),
+                Err(err) => err,
+            };
+            let backoff = {
+                // A poisoned lock only means another request panicked mid-draw; the RNG
+                // state is still usable.
+                let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+                self.config.backoff(attempts, &mut rng)
+            };
+            let elapsed = start.elapsed();
+            if attempts >= self.config.max_attempts || elapsed + backoff > self.config.max_elapsed {
+                self.exhausted.fetch_add(1, Ordering::Relaxed);
+                return Err(err.context(format!(
+                    "gave up after {attempts} attempt(s) in {} ms",
+                    elapsed.as_millis()
+                )));
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(backoff).await;
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Storage> Storage for RetryStore<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        self.retry(|| self.inner.get(key)).await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        self.retry(|| self.inner.get_range(key, range.clone()))
+            .await
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        self.retry(|| self.inner.head(key)).await
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_is_capped_and_jittered() {
+        let config = RetryConfig::default();
+        let mut rng = StdRng::seed_from_u64(1);
+        let first = config.backoff(1, &mut rng);
+        assert!(first >= Duration::from_millis(25) && first <= Duration::from_millis(50));
+        let tenth = config.backoff(10, &mut rng);
+        assert!(
+            tenth >= Duration::from_secs(1) && tenth <= Duration::from_secs(2),
+            "{tenth:?}"
+        );
+        let draws: Vec<_> = (0..8).map(|_| config.backoff(3, &mut rng)).collect();
+        assert!(
+            draws.windows(2).any(|w| w[0] != w[1]),
+            "no jitter: {draws:?}"
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! `from_url`: one entry point from a dataset URL and options to a configured store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use ::object_store::http::HttpBuilder;
+use ::object_store::memory::InMemory;
+use ::object_store::prefix::PrefixStore;
+use ::object_store::{ClientConfigKey, ObjectStore, RetryConfig};
+use url::Url;
+
+use crate::backend::object_store::{Flavor, map_error};
+use crate::backend::{LocalStore, ObjectStoreAdapter};
+use crate::{DynStorage, Error, ErrorKind, Result};
+
+/// How long object_store may take to connect, and to finish a whole request. Generous,
+/// because the per-request [`TimeoutStore`](crate::layer::TimeoutStore) is the real bound.
+const CONNECT_TIMEOUT: &str = "5s";
+const REQUEST_TIMEOUT: &str = "60s";
+
+/// Open the store a URL names.
+///
+/// - `s3://bucket/prefix`: S3 or an S3-compatible server. Options and `AWS_*` environment
+///   variables use object_store's names: `aws_access_key_id`, `aws_secret_access_key`,
+///   `aws_session_token`, `aws_region`, `aws_endpoint` (an `http://` endpoint turns on
+///   plain HTTP), `aws_virtual_hosted_style_request`, and client options such as `timeout`.
+///   Options win over the environment.
+/// - `http://host/prefix`, `https://...`: a static file server (client options only).
+/// - `gs://bucket/prefix`, `az://container/prefix` (cargo features `gcp`, `azure`): with
+///   `GOOGLE_*` / `AZURE_*` environment variables and object_store's option names.
+/// - `memory://`: an empty in-memory store, for tests.
+/// - `file:///dir` or a plain path: [`LocalStore`]; option `allow_external_symlinks`.
+///
+/// object_store's own retries are switched off: the [`RetryStore`](crate::layer::RetryStore)
+/// layer owns retrying, so a dead server fails fast here instead of being retried for
+/// minutes underneath it. An unknown option is an error, not silently ignored.
+pub fn from_url<K, V>(url: &str, options: impl IntoIterator<Item = (K, V)>) -> Result<DynStorage>
+where
+    K: AsRef<str>,
+    V: Into<String>,
+{
+    let options: Vec<(String, String)> = options
+        .into_iter()
+        .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
+        .collect();
+    let parsed = match Url::parse(url) {
+        Ok(parsed) => parsed,
+        // No scheme (or a Windows drive letter): a plain path.
+        Err(url::ParseError::RelativeUrlWithoutBase) => return local(url, url, &options),
+        Err(e) => {
+            return Err(
+                Error::new(ErrorKind::Other, redact(url), "", "not a valid URL").with_source(e),
+            );
+        }
+    };
+    let name = redact(url);
+    match parsed.scheme() {
+        "file" => {
+            let path = parsed.to_file_path().map_err(|()| {
+                Error::new(
+                    ErrorKind::Other,
+                    &name,
+                    "",
+                    "a file URL needs an absolute local path",
+                )
+            })?;
+            local(&name, &path.to_string_lossy(), &options)
+        }
+        "s3" | "s3a" => s3(&name, &parsed, &options),
+        "http" | "https" => http(&name, &parsed, &options),
+        "memory" => {
+            no_options(&name, &options)?;
+            Ok(Arc::new(ObjectStoreAdapter::new(
+                Arc::new(InMemory::new()),
+                name,
+                Flavor::Memory,
+            )))
+        }
+        #[cfg(feature = "gcp")]
+        "gs" => cloud::gcs(&name, &parsed, &options),
+        #[cfg(feature = "azure")]
+        "az" | "azure" | "abfs" | "abfss" => cloud::azure(&name, &parsed, &options),
+        other => Err(Error::new(
+            ErrorKind::Unsupported,
+            &name,
+            "",
+            format!(
+                "unknown scheme {other:?}; use s3://, http(s)://, file://, memory:// \
+                 (gs:// and az:// need the crate features `gcp` / `azure`)"
+            ),
+        )),
+    }
+}
+
+/// The URL without user info or query, which is where credentials hide.
+fn redact(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.to_string().trim_end_matches('/').to_owned()
+        }
+        Err(_) => url.to_owned(),
+    }
+}
+
+fn config_error(name: &str, message: String) -> Error {
+    Error::new(ErrorKind::Other, name, "", message)
+}
+
+fn no_options(name: &str, options: &[(String, String)]) -> Result<()> {
+    match options.first() {
+        None => Ok(()),
+        Some((key, _)) => Err(config_error(
+            name,
+            format!("unknown option {key:?} for this store"),
+        )),
+    }
+}
+
+fn local(name: &str, path: &str, options: &[(String, String)]) -> Result<DynStorage> {
+    let mut store = LocalStore::new(path)?;
+    for (key, value) in options {
+        match key.as_str() {
+            "allow_external_symlinks" => {
+                let allow = value.parse::<bool>().map_err(|_| {
+                    config_error(
+                        name,
+                        format!("option {key:?} must be true or false, not {value:?}"),
+                    )
+                })?;
+                store = store.allow_external_symlinks(allow);
+            }
+            _ => {
+                return Err(config_error(
+                    name,
+                    format!("unknown option {key:?}; local stores take `allow_external_symlinks`"),
+                ));
+            }
+        }
+    }
+    Ok(Arc::new(store))
+}
+
+/// object_store's retry loop, off: zero retries.
+fn no_retries() -> RetryConfig {
+    RetryConfig {
+        max_retries: 0,
+        retry_timeout: Duration::ZERO,
+        ..RetryConfig::default()
+    }
+}
+
+/// The bucket's sub-path as a prefix store, so keys stay relative to the URL.
+fn with_prefix(store: Arc<dyn ObjectStore>, url: &Url) -> Arc<dyn ObjectStore> {
+    let prefix = url.path().trim_matches('/');
+    if prefix.is_empty() {
+        store
+    } else {
+        Arc::new(PrefixStore::new(store, prefix))
+    }
+}
+
+fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage> {
+    let bucket = url.host_str().unwrap_or_default();
+    if bucket.is_empty() {
+        return Err(config_error(
+            name,
+            "the URL has no bucket; write s3://bucket/prefix".into(),
+        ));
+    }
+    let client = |k: ClientConfigKey| AmazonS3ConfigKey::Client(k);
+    let mut builder = AmazonS3Builder::new()
+        .with_config(client(ClientConfigKey::ConnectTimeout), CONNECT_TIMEOUT)
+        .with_config(client(ClientConfigKey::Timeout), REQUEST_TIMEOUT);
+    // The environment first (AWS_* variables meant for other tools are skipped), then the
+    // caller's options, which must all be known.
+    let env = std::env::vars()
+        .filter(|(k, _)| k.starts_with("AWS_"))
+        .filter_map(|(k, v)| {
+            k.to_ascii_lowercase()
+                .parse::<AmazonS3ConfigKey>()
+                .ok()
+                .map(|k| (k, v))
+        });
+    let mut settings: Vec<(AmazonS3ConfigKey, String)> = env.collect();
+    for (key, value) in options {
+        let config_key = key.parse::<AmazonS3ConfigKey>().map_err(|_| {
+            config_error(
+                name,
+                format!("unknown S3 option {key:?}; see object_store's AmazonS3ConfigKey"),
+            )
+        })?;
+        settings.push((config_key, value.clone()));
+    }
+    for (key, value) in settings {
+        if matches!(key, AmazonS3ConfigKey::Endpoint) && value.starts_with("http://") {
+            builder = builder.with_config(client(ClientConfigKey::AllowHttp), "true");
+        }
+        builder = builder.with_config(key, value);
+    }
+    let store = builder
+        .with_bucket_name(bucket)
+        .with_retry(no_retries())
+        .build()
+        .map_err(|e| map_error(name, "", e).context("cannot configure S3"))?;
+    let store = with_prefix(Arc::new(store), url);
+    Ok(Arc::new(ObjectStoreAdapter::new(store, name, Flavor::S3)))
+}
+
+fn http(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage> {
+    let mut builder = HttpBuilder::new()
+        .with_url(url.as_str())
+        .with_config(ClientConfigKey::ConnectTimeout, CONNECT_TIMEOUT)
+        .with_config(ClientConfigKey::Timeout, REQUEST_TIMEOUT)
+        .with_config(
+            ClientConfigKey::AllowHttp,
+            (url.scheme() == "http").to_string(),
+        )
+        .with_retry(no_retries());
+    for (key, value) in options {
+        let config_key = key.parse::<ClientConfigKey>().map_err(|_| {
+            config_error(
+                name,
+                format!("unknown HTTP option {key:?}; see object_store's ClientConfigKey"),
+            )
+        })?;
+        builder = builder.with_config(config_key, value);
+    }
+    let store = builder
+        .build()
+        .map_err(|e| map_error(name, "", e).context("cannot configure HTTP"))?;
+    Ok(Arc::new(ObjectStoreAdapter::new(
+        Arc::new(store),
+        name,
+        Flavor::Http,
+    )))
+}
+
+#[cfg(any(feature = "gcp", feature = "azure"))]
+mod cloud {
+    //! GCS and Azure: object_store's builders from the environment, then options.
+    use super::*;
+
+    macro_rules! cloud_store {
+        ($fn:ident, $builder:ty, $key:ty, $flavor:expr, $what:literal) => {
+            pub(super) fn $fn(
+                name: &str,
+                url: &Url,
+                options: &[(String, String)],
+            ) -> Result<DynStorage> {
+                let mut builder = <$builder>::from_env()
+                    .with_url(url.as_str())
+                    .with_retry(no_retries());
+                for (key, value) in options {
+                    let config_key = key.parse::<$key>().map_err(|_| {
+                        config_error(
+                            name,
+                            format!(concat!("unknown ", $what, " option {:?}"), key),
+                        )
+                    })?;
+                    builder = builder.with_config(config_key, value);
+                }
+                let store = builder.build().map_err(|e| {
+                    map_error(name, "", e).context(concat!("cannot configure ", $what))
+                })?;
+                let store = with_prefix(Arc::new(store), url);
+                Ok(Arc::new(ObjectStoreAdapter::new(store, name, $flavor)))
+            }
+        };
+    }
+
+    #[cfg(feature = "gcp")]
+    cloud_store!(
+        gcs,
+        ::object_store::gcp::GoogleCloudStorageBuilder,
+        ::object_store::gcp::GoogleConfigKey,
+        Flavor::Gcs,
+        "GCS"
+    );
+    #[cfg(feature = "azure")]
+    cloud_store!(
+        azure,
+        ::object_store::azure::MicrosoftAzureBuilder,
+        ::object_store::azure::AzureConfigKey,
+        Flavor::Azure,
+        "Azure"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_scheme_says_what_works() {
+        let err = from_url("ftp://host/x", Vec::<(String, String)>::new()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        assert!(err.to_string().contains("s3://"), "{err}");
+    }
+
+    #[test]
+    fn s3_needs_a_bucket_and_known_options() {
+        let err = from_url("s3:///prefix", [("aws_region", "us-east-1")]).unwrap_err();
+        assert!(err.to_string().contains("no bucket"), "{err}");
+        let err = from_url("s3://bucket", [("aws_regoin", "us-east-1")]).unwrap_err();
+        assert!(err.to_string().contains("aws_regoin"), "{err}");
+    }
+
+    #[test]
+    fn names_never_carry_credentials() {
+        assert_eq!(
+            redact("http://user:pass@host/p?X-Amz-Signature=abc"),
+            "http://host/p"
+        );
+        let store = from_url(
+            "s3://bucket/train",
+            [
+                ("aws_access_key_id", "AKIDEXAMPLE"),
+                ("aws_secret_access_key", "wJalrXUtnFEMIsecretKEY"),
+                ("aws_endpoint", "http://127.0.0.1:9"),
+            ],
+        )
+        .unwrap();
+        let shown = format!("{store:?} {}", store.name());
+        assert!(!shown.contains("wJalrXUtnFEMIsecretKEY"), "{shown}");
+        assert!(!shown.contains("AKIDEXAMPLE"), "{shown}");
+        assert!(shown.contains("s3://bucket/train"), "{shown}");
+    }
+
+    #[test]
+    fn plain_paths_and_file_urls_are_local() {
+        let dir = tempfile::tempdir().unwrap();
+        let by_path = from_url(
+            &dir.path().to_string_lossy(),
+            Vec::<(String, String)>::new(),
+        )
+        .unwrap();
+        let by_url = from_url(
+            &format!("file://{}", dir.path().display()),
+            [("allow_external_symlinks", "true")],
+        )
+        .unwrap();
+        assert!(by_path.name().starts_with("file://"));
+        assert_eq!(by_path.name(), by_url.name());
+        let err = from_url(
+            &dir.path().to_string_lossy(),
+            [("allow_external_symlinks", "yes")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("true or false"), "{err}");
+    }
+}

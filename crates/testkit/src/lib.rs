@@ -1,0 +1,30 @@
+//! Real parts for loader's tests, benches, examples and CLI: an in-process S3 server, an
+//! HTTP static file server, a TCP delay proxy, and a synthetic ImageNet-like dataset.
+//!
+//! Every server runs on 127.0.0.1 with an OS-chosen port on its own background thread and
+//! runtime, so it works the same from synchronous code and from inside a tokio runtime, and
+//! stops when dropped.
+//!
+//! ```
+//! use loader_testkit::{DatasetSpec, HttpServer, DelayProxy};
+//! use std::time::Duration;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let items = DatasetSpec::tiny(6, 2).write(dir.path()).unwrap();
+//! assert_eq!(items.len(), 6);
+//!
+//! let http = HttpServer::start(dir.path()).unwrap();
+//! let slow = DelayProxy::start(http.addr(), Duration::from_millis(20)).unwrap();
+//! assert_ne!(http.addr(), slow.addr());
+//! ```
+
+mod background;
+mod dataset;
+mod http;
+mod proxy;
+mod s3;
+
+pub use dataset::{DatasetItem, DatasetSpec};
+pub use http::HttpServer;
+pub use proxy::DelayProxy;
+pub use s3::S3Server;
