@@ -1,10 +1,151 @@
-//! Index samplers for loader: the order in which a dataset's items are read in an epoch.
+//! Index samplers: the order in which a dataset's items are read, epoch by epoch.
 //!
-//! The crate has a place in the workspace now; its code lands with its own issue.
+//! Every sampler computes an epoch's order from `(seed, epoch)` alone, with no global RNG,
+//! so the same run gives the same order on any machine, and a [`SamplerState`] (epoch and
+//! position) is all a checkpoint needs to resume exactly.
 //!
 //! ```
-//! assert_eq!(loader_sampler::NAME, "loader-sampler");
+//! use loader_sampler::{BatchSampler, DistributedSampler, RandomSampler, Sampler, SamplerState};
+//!
+//! // A shuffled epoch of 10 items.
+//! let random = RandomSampler::new(10, 42).unwrap();
+//! let order: Vec<usize> = random.epoch(0).collect();
+//! assert_eq!(order.len(), 10);
+//! assert_ne!(order, random.epoch(1).collect::<Vec<_>>()); // a new epoch, a new order
+//!
+//! // Stop after 4 items, checkpoint the state, resume later: nothing lost or repeated.
+//! let mut it = random.epoch(0);
+//! let head: Vec<usize> = it.by_ref().take(4).collect();
+//! let state: SamplerState = it.state();
+//! let tail: Vec<usize> = random.resume(state).collect();
+//! assert_eq!([head, tail].concat(), order);
+//!
+//! // Rank 1 of 4 with shuffling, as torchrun sets RANK and WORLD_SIZE.
+//! let rank1 = DistributedSampler::new(10, 1, 4).shuffle(true).seed(42).build().unwrap();
+//! assert_eq!(rank1.len(), 3); // ceil(10 / 4), padded from the start of the order
+//!
+//! // Batches of 4 over any sampler.
+//! let batches: Vec<Vec<usize>> = BatchSampler::new(random, 4, false).epoch(0).collect();
+//! assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 2]);
 //! ```
 
-/// The crate's name, so the placeholder has something to show in its example.
-pub const NAME: &str = "loader-sampler";
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+mod batch;
+mod block;
+mod distributed;
+mod random;
+mod rng;
+mod sequential;
+mod subset;
+mod weighted;
+
+pub use batch::{BatchIter, BatchSampler};
+pub use block::BlockShuffleSampler;
+pub use distributed::{DistributedBuilder, DistributedSampler};
+pub use random::{RandomSampler, ReplacementSampler};
+pub use sequential::SequentialSampler;
+pub use subset::SubsetSampler;
+pub use weighted::WeightedSampler;
+
+/// A sampler's configuration was not acceptable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct SamplerError(pub String);
+
+/// Where an epoch stands: enough to resume it exactly. Serialise it with any serde format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct SamplerState {
+    /// The epoch being read.
+    pub epoch: u64,
+    /// How many indices of that epoch were produced already.
+    pub position: u64,
+}
+
+/// The indices of one epoch from some position on; owns everything it needs.
+pub type Indices = Box<dyn Iterator<Item = usize> + Send>;
+
+/// Produces the index order of each epoch, deterministically from its configuration.
+pub trait Sampler: Send + Sync + fmt::Debug {
+    /// Indices per epoch.
+    fn len(&self) -> usize;
+
+    /// Whether an epoch is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The indices of `epoch` from `position` on (skipping is cheap for every sampler here).
+    fn indices_from(&self, epoch: u64, position: usize) -> Indices;
+
+    /// All indices of `epoch`, with their position tracked for [`EpochIter::state`].
+    fn epoch(&self, epoch: u64) -> EpochIter {
+        self.resume(SamplerState { epoch, position: 0 })
+    }
+
+    /// The indices `state`'s epoch has not produced yet.
+    fn resume(&self, state: SamplerState) -> EpochIter {
+        let position = usize::try_from(state.position)
+            .unwrap_or(usize::MAX)
+            .min(self.len());
+        EpochIter {
+            inner: self.indices_from(state.epoch, position),
+            state: SamplerState {
+                epoch: state.epoch,
+                position: position as u64,
+            },
+        }
+    }
+}
+
+macro_rules! forward_sampler {
+    ($($ty:ty),*) => {$(
+        impl<S: Sampler + ?Sized> Sampler for $ty {
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn indices_from(&self, epoch: u64, position: usize) -> Indices {
+                (**self).indices_from(epoch, position)
+            }
+        }
+    )*};
+}
+
+forward_sampler!(std::sync::Arc<S>, Box<S>, &S);
+
+/// An epoch's indices that knows how far it got.
+pub struct EpochIter {
+    inner: Indices,
+    state: SamplerState,
+}
+
+impl EpochIter {
+    /// The state to save: resuming from it yields exactly what this iterator has not.
+    pub fn state(&self) -> SamplerState {
+        self.state
+    }
+}
+
+impl fmt::Debug for EpochIter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EpochIter")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Iterator for EpochIter {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let next = self.inner.next()?;
+        self.state.position += 1;
+        Some(next)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}

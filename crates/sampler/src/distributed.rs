@@ -1,0 +1,226 @@
+//! One rank's share of each epoch: PyTorch's DistributedSampler semantics.
+
+use crate::rng::{epoch_rng, permutation};
+use crate::{Indices, Sampler, SamplerError};
+
+/// Rank `rank` of `world_size` takes the interleaved slice `order[rank], order[rank + W],
+/// ...` of the epoch's order (shuffled from `(seed, epoch)`, or sequential). So every
+/// rank has the same length, the order is first either padded by repeating its start up
+/// to a multiple of `world_size`, or with `drop_last` cut to `floor(N / W) * W`. This
+/// `drop_last` is the sampler's own, not the batch sampler's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DistributedSampler {
+    dataset_len: usize,
+    rank: usize,
+    world_size: usize,
+    shuffle: bool,
+    seed: u64,
+    drop_last: bool,
+}
+
+/// Options of a [`DistributedSampler`]; `shuffle` defaults to true, as in PyTorch.
+#[derive(Debug, Clone, Copy)]
+pub struct DistributedBuilder {
+    sampler: DistributedSampler,
+}
+
+impl DistributedBuilder {
+    /// Shuffle each epoch (default true).
+    pub fn shuffle(mut self, shuffle: bool) -> Self {
+        self.sampler.shuffle = shuffle;
+        self
+    }
+
+    /// Seed of the shuffle; every rank must use the same one.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.sampler.seed = seed;
+        self
+    }
+
+    /// Cut the tail instead of padding.
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.sampler.drop_last = drop_last;
+        self
+    }
+
+    /// Check and build.
+    pub fn build(self) -> Result<DistributedSampler, SamplerError> {
+        let s = self.sampler;
+        if s.world_size == 0 {
+            return Err(SamplerError("world size must be at least 1".into()));
+        }
+        if s.rank >= s.world_size {
+            return Err(SamplerError(format!(
+                "rank {} is out of range for world size {} (ranks are 0..{})",
+                s.rank, s.world_size, s.world_size
+            )));
+        }
+        if s.shuffle && u32::try_from(s.dataset_len).is_err() {
+            return Err(SamplerError(
+                "a shuffled epoch holds at most 2^32 indices".into(),
+            ));
+        }
+        if !s.drop_last && s.dataset_len == 0 {
+            return Err(SamplerError(
+                "cannot pad an empty dataset to the world size".into(),
+            ));
+        }
+        Ok(s)
+    }
+}
+
+impl DistributedSampler {
+    /// Start building rank `rank` of `world_size` over `dataset_len` indices.
+    #[allow(clippy::new_ret_no_self)] // a builder, since there are several options
+    pub fn new(dataset_len: usize, rank: usize, world_size: usize) -> DistributedBuilder {
+        DistributedBuilder {
+            sampler: DistributedSampler {
+                dataset_len,
+                rank,
+                world_size,
+                shuffle: true,
+                seed: 0,
+                drop_last: false,
+            },
+        }
+    }
+
+    /// Rank and world size from the environment, as torchrun (`RANK`, `WORLD_SIZE`) or
+    /// SLURM (`SLURM_PROCID`, `SLURM_NTASKS`) set them; rank 0 of 1 when neither is set.
+    pub fn from_env(dataset_len: usize) -> Result<DistributedBuilder, SamplerError> {
+        let (rank, world) = rank_and_world(|name| std::env::var(name).ok())?;
+        Ok(Self::new(dataset_len, rank, world))
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The epoch's full order before it is split across ranks (length N).
+    fn order(&self, epoch: u64) -> Vec<u32> {
+        if self.shuffle {
+            permutation(self.dataset_len, &mut epoch_rng(self.seed, epoch))
+        } else {
+            (0..self.dataset_len as u32).collect()
+        }
+    }
+}
+
+/// Read rank and world size through `get` (the environment, or a map in tests).
+pub(crate) fn rank_and_world(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(usize, usize), SamplerError> {
+    let pairs = [("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")];
+    for (rank_var, world_var) in pairs {
+        match (get(rank_var), get(world_var)) {
+            (None, None) => continue,
+            (Some(rank), Some(world)) => {
+                let parse = |name: &str, value: &str| {
+                    value.trim().parse::<usize>().map_err(|_| {
+                        SamplerError(format!(
+                            "{name}={value:?} is not a non-negative whole number"
+                        ))
+                    })
+                };
+                let (rank, world) = (parse(rank_var, &rank)?, parse(world_var, &world)?);
+                if world == 0 {
+                    return Err(SamplerError(format!(
+                        "{world_var}=0: the world size must be at least 1"
+                    )));
+                }
+                if rank >= world {
+                    return Err(SamplerError(format!(
+                        "{rank_var}={rank} is not below {world_var}={world}"
+                    )));
+                }
+                return Ok((rank, world));
+            }
+            (Some(_), None) => {
+                return Err(SamplerError(format!(
+                    "{rank_var} is set but {world_var} is not"
+                )));
+            }
+            (None, Some(_)) => {
+                return Err(SamplerError(format!(
+                    "{world_var} is set but {rank_var} is not"
+                )));
+            }
+        }
+    }
+    Ok((0, 1))
+}
+
+impl Sampler for DistributedSampler {
+    fn len(&self) -> usize {
+        if self.drop_last {
+            self.dataset_len / self.world_size
+        } else {
+            self.dataset_len.div_ceil(self.world_size)
+        }
+    }
+
+    fn indices_from(&self, epoch: u64, position: usize) -> Indices {
+        let order = self.order(epoch);
+        let (rank, world, len) = (self.rank, self.world_size, self.len());
+        // Position p of this rank is slot rank + p*W of the padded order; padding repeats
+        // the order from its start (cycling, if the dataset is smaller than the world).
+        Box::new(
+            (position.min(len)..len).map(move |p| order[(rank + p * world) % order.len()] as usize),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn reads_torchrun_and_slurm_variables() {
+        assert_eq!(rank_and_world(env(&[])).unwrap(), (0, 1));
+        assert_eq!(
+            rank_and_world(env(&[("RANK", "3"), ("WORLD_SIZE", "8")])).unwrap(),
+            (3, 8)
+        );
+        assert_eq!(
+            rank_and_world(env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2")])).unwrap(),
+            (1, 2)
+        );
+    }
+
+    #[test]
+    fn refuses_nonsense_with_a_reason() {
+        for (pairs, needle) in [
+            (&[("RANK", "4"), ("WORLD_SIZE", "4")][..], "not below"),
+            (&[("RANK", "0"), ("WORLD_SIZE", "0")][..], "at least 1"),
+            (
+                &[("RANK", "x"), ("WORLD_SIZE", "2")][..],
+                "not a non-negative",
+            ),
+            (
+                &[("RANK", "-1"), ("WORLD_SIZE", "2")][..],
+                "not a non-negative",
+            ),
+            (&[("RANK", "0")][..], "WORLD_SIZE is not"),
+        ] {
+            let err = rank_and_world(env(pairs)).unwrap_err();
+            assert!(err.0.contains(needle), "{pairs:?}: {err}");
+        }
+        assert!(DistributedSampler::new(10, 2, 2).build().is_err());
+        assert!(DistributedSampler::new(10, 0, 0).build().is_err());
+    }
+}
