@@ -1,10 +1,49 @@
-//! JPEG and PNG decode and image transforms for loader.
+//! Bytes in, pixels out: JPEG (zune-jpeg) and PNG (zune-png) decode with the format
+//! sniffed from magic bytes, and torchvision's transforms, seeded per sample.
 //!
-//! The crate has a place in the workspace now; its code lands with its own issue.
+//! Never panics on any byte string: bad input is a [`DecodeError`] that says what was
+//! wrong, and an image declaring more than [`DecodeOptions::max_pixels`] is refused before
+//! its pixels are allocated.
 //!
 //! ```
-//! assert_eq!(loader_decoder::NAME, "loader-decoder");
+//! use loader_decoder::{Pipeline, SampleKey, SampleData, decode, DecodeOptions};
+//!
+//! // A 64x48 grey JPEG, made here so the example stands alone.
+//! let mut jpeg = Vec::new();
+//! jpeg_encoder::Encoder::new(&mut jpeg, 90)
+//!     .encode(&[128u8; 64 * 48], 64, 48, jpeg_encoder::ColorType::Luma)
+//!     .unwrap();
+//!
+//! let image = decode(&jpeg, &DecodeOptions::default()).unwrap();
+//! assert_eq!((image.width, image.height, image.channels), (64, 48, 3)); // RGB by default
+//!
+//! // Resize(256) → CenterCrop(224) → ToTensor → Normalize, as f32 CHW.
+//! let eval = Pipeline::imagenet_eval();
+//! let sample = eval.run(&jpeg, SampleKey { epoch: 0, index: 7 }).unwrap();
+//! assert_eq!(sample.shape, [3, 224, 224]);
+//! assert!(matches!(sample.data, SampleData::F32(ref v) if v.len() == 3 * 224 * 224));
+//!
+//! // Or straight into a slot of a batch buffer.
+//! let mut batch = vec![0f32; 2 * 3 * 224 * 224];
+//! let slot = &mut batch[3 * 224 * 224..];
+//! eval.run_into_f32(&jpeg, SampleKey { epoch: 0, index: 8 }, slot).unwrap();
+//!
+//! assert!(decode(b"GIF89a", &DecodeOptions::default()).is_err());
 //! ```
 
-/// The crate's name, so the placeholder has something to show in its example.
-pub const NAME: &str = "loader-decoder";
+mod decode;
+mod error;
+pub mod geometry;
+mod image;
+mod jpeg_markers;
+mod pipeline;
+mod resize;
+
+pub use decode::{ColorMode, DecodeOptions, Format, decode};
+pub use error::{DecodeError, DecodeErrorKind, Result};
+pub use image::Image;
+pub use pipeline::{
+    IMAGENET_MEAN, IMAGENET_STD, Output, Pipeline, PipelineBuilder, Sample, SampleData, SampleKey,
+    Transform,
+};
+pub use resize::Filter;

@@ -1,0 +1,467 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! Decoding, checked against independent references: an encoder's known pixels, a second
+//! decoder, known colours; and hostile input that must give errors, never panics.
+
+use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+use loader_decoder::{ColorMode, DecodeErrorKind, DecodeOptions, Format, Image, decode};
+
+const W: u16 = 64;
+const H: u16 = 48;
+
+/// Smooth known content (a colour gradient with a soft blob), easy for JPEG to keep.
+fn rgb_pixels() -> Vec<u8> {
+    let mut px = Vec::new();
+    for y in 0..H as usize {
+        for x in 0..W as usize {
+            let d = ((x as f32 - 30.0).powi(2) + (y as f32 - 20.0).powi(2)).sqrt();
+            px.push((x * 255 / W as usize) as u8);
+            px.push((y * 255 / H as usize) as u8);
+            px.push((200.0 - d * 3.0).clamp(0.0, 255.0) as u8);
+        }
+    }
+    px
+}
+
+fn gray_pixels() -> Vec<u8> {
+    rgb_pixels()
+        .chunks(3)
+        .map(|p| ((u16::from(p[0]) + u16::from(p[1])) / 2) as u8)
+        .collect()
+}
+
+fn encode(
+    pixels: &[u8],
+    color: ColorType,
+    setup: impl FnOnce(&mut Encoder<&mut Vec<u8>>),
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = Encoder::new(&mut out, 95);
+    setup(&mut encoder);
+    encoder.encode(pixels, W, H, color).unwrap();
+    out
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    10.0 * (255.0f64.powi(2) / mse.max(1e-9)).log10()
+}
+
+fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - f64::from(*y)).abs())
+        .sum::<f64>()
+        / a.len() as f64
+}
+
+fn rgb(bytes: &[u8]) -> Image {
+    decode(bytes, &DecodeOptions::default()).unwrap()
+}
+
+#[test]
+fn decoded_pixels_match_what_was_encoded() {
+    let known = rgb_pixels();
+    let image = rgb(&encode(&known, ColorType::Rgb, |_| {}));
+    assert_eq!((image.width, image.height, image.channels), (64, 48, 3));
+    let p = psnr(&image.data, &known);
+    assert!(p > 35.0, "PSNR {p:.1} dB");
+}
+
+#[test]
+fn every_jpeg_variant_decodes() {
+    let known = rgb_pixels();
+    let mut variants: Vec<(String, Vec<u8>)> = vec![
+        ("baseline".into(), encode(&known, ColorType::Rgb, |_| {})),
+        (
+            "progressive".into(),
+            encode(&known, ColorType::Rgb, |e| e.set_progressive(true)),
+        ),
+        (
+            "restart markers".into(),
+            encode(&known, ColorType::Rgb, |e| e.set_restart_interval(2)),
+        ),
+        (
+            "progressive + restarts".into(),
+            encode(&known, ColorType::Rgb, |e| {
+                e.set_progressive(true);
+                e.set_restart_interval(3)
+            }),
+        ),
+    ];
+    for sampling in [
+        SamplingFactor::R_4_4_4,
+        SamplingFactor::R_4_4_0,
+        SamplingFactor::R_4_4_1,
+        SamplingFactor::R_4_2_2,
+        SamplingFactor::R_4_2_0,
+        SamplingFactor::R_4_2_1,
+        SamplingFactor::R_4_1_1,
+        SamplingFactor::F_4_2,
+        SamplingFactor::F_2_4,
+    ] {
+        variants.push((
+            format!("{sampling:?}"),
+            encode(&known, ColorType::Rgb, |e| e.set_sampling_factor(sampling)),
+        ));
+    }
+    for (name, bytes) in variants {
+        let image =
+            decode(&bytes, &DecodeOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            (image.width, image.height, image.channels),
+            (64, 48, 3),
+            "{name}"
+        );
+        let p = psnr(&image.data, &known);
+        // Chroma subsampling loses colour detail, never the picture.
+        assert!(p > 25.0, "{name}: PSNR {p:.1} dB");
+    }
+}
+
+#[test]
+fn zune_agrees_with_a_second_decoder() {
+    let cases = [
+        (
+            "ycbcr 4:2:0",
+            encode(&rgb_pixels(), ColorType::Rgb, |e| {
+                e.set_sampling_factor(SamplingFactor::R_4_2_0)
+            }),
+            3,
+        ),
+        (
+            "ycbcr 4:4:4",
+            encode(&rgb_pixels(), ColorType::Rgb, |_| {}),
+            3,
+        ),
+        (
+            "progressive",
+            encode(&rgb_pixels(), ColorType::Rgb, |e| e.set_progressive(true)),
+            3,
+        ),
+        (
+            "grayscale",
+            encode(&gray_pixels(), ColorType::Luma, |_| {}),
+            1,
+        ),
+    ];
+    for (name, bytes, channels) in cases {
+        let options = DecodeOptions {
+            color: ColorMode::Native,
+            ..DecodeOptions::default()
+        };
+        let ours = decode(&bytes, &options).unwrap();
+        assert_eq!(ours.channels, channels, "{name}");
+        let theirs = jpeg_decoder::Decoder::new(bytes.as_slice())
+            .decode()
+            .unwrap();
+        let mad = mean_abs_diff(&ours.data, &theirs);
+        assert!(mad < 1.0, "{name}: mean absolute difference {mad:.3}");
+    }
+}
+
+#[test]
+fn grayscale_is_expanded_to_rgb_by_default() {
+    let bytes = encode(&gray_pixels(), ColorType::Luma, |_| {});
+    let image = rgb(&bytes);
+    assert_eq!(image.channels, 3);
+    assert!(image.data.chunks(3).all(|p| p[0] == p[1] && p[1] == p[2]));
+    let gray = decode(
+        &bytes,
+        &DecodeOptions {
+            color: ColorMode::Native,
+            ..DecodeOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(gray.channels, 1);
+    assert_eq!(
+        gray.data,
+        image.data.chunks(3).map(|p| p[0]).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn cmyk_and_ycck_come_out_as_the_known_colours() {
+    // Four quadrants of known ink: none (white), full cyan, full magenta + yellow (red),
+    // full black.
+    let inks: [([u8; 4], [u8; 3]); 4] = [
+        ([0, 0, 0, 0], [255, 255, 255]),
+        ([255, 0, 0, 0], [0, 255, 255]),
+        ([0, 255, 255, 0], [255, 0, 0]),
+        ([0, 0, 0, 255], [0, 0, 0]),
+    ];
+    let quadrant = |x: usize, y: usize| (x * 2 / W as usize) + 2 * (y * 2 / H as usize);
+    let mut cmyk = Vec::new();
+    for y in 0..H as usize {
+        for x in 0..W as usize {
+            cmyk.extend_from_slice(&inks[quadrant(x, y)].0);
+        }
+    }
+    for color in [ColorType::Cmyk, ColorType::CmykAsYcck] {
+        let image = rgb(&encode(&cmyk, color, |_| {}));
+        assert_eq!(image.channels, 3, "{color:?}");
+        // Sample the middle of each quadrant, away from edge ringing.
+        for (qx, qy) in [(16usize, 12usize), (48, 12), (16, 36), (48, 36)] {
+            let want = inks[quadrant(qx, qy)].1;
+            let got = image.pixel(qx, qy);
+            for c in 0..3 {
+                let diff = (i16::from(got[c]) - i16::from(want[c])).abs();
+                assert!(
+                    diff <= 12,
+                    "{color:?} at ({qx},{qy}): got {got:?}, want {want:?}"
+                );
+            }
+        }
+    }
+}
+
+fn png_bytes(
+    width: u32,
+    height: u32,
+    color: png::ColorType,
+    depth: png::BitDepth,
+    data: &[u8],
+    palette: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut out, width, height);
+        encoder.set_color(color);
+        encoder.set_depth(depth);
+        if let Some(palette) = palette {
+            encoder.set_palette(palette.to_vec());
+        }
+        let mut writer = encoder.write_header().unwrap();
+        writer.write_image_data(data).unwrap();
+    }
+    out
+}
+
+#[test]
+fn every_png_variant_decodes_to_the_right_pixels() {
+    let (w, h) = (5u32, 3u32);
+    let n = (w * h) as usize;
+    let rgb_data: Vec<u8> = (0..n * 3).map(|i| (i * 17 % 256) as u8).collect();
+    let want_rgb = rgb_data.clone();
+
+    // RGB and RGBA (alpha dropped).
+    let png = png_bytes(
+        w,
+        h,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        &rgb_data,
+        None,
+    );
+    assert_eq!(rgb(&png).data, want_rgb);
+    let rgba: Vec<u8> = rgb_data
+        .chunks(3)
+        .flat_map(|p| [p[0], p[1], p[2], 99])
+        .collect();
+    let png = png_bytes(
+        w,
+        h,
+        png::ColorType::Rgba,
+        png::BitDepth::Eight,
+        &rgba,
+        None,
+    );
+    assert_eq!(rgb(&png).data, want_rgb);
+    let native = decode(
+        &png,
+        &DecodeOptions {
+            color: ColorMode::Native,
+            ..DecodeOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((native.channels, native.data.clone()), (4, rgba));
+
+    // Gray and gray + alpha, expanded.
+    let gray: Vec<u8> = (0..n).map(|i| (i * 13) as u8).collect();
+    let want_gray: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
+    let png = png_bytes(
+        w,
+        h,
+        png::ColorType::Grayscale,
+        png::BitDepth::Eight,
+        &gray,
+        None,
+    );
+    assert_eq!(rgb(&png).data, want_gray);
+    let gray_alpha: Vec<u8> = gray.iter().flat_map(|&g| [g, 7]).collect();
+    let png = png_bytes(
+        w,
+        h,
+        png::ColorType::GrayscaleAlpha,
+        png::BitDepth::Eight,
+        &gray_alpha,
+        None,
+    );
+    assert_eq!(rgb(&png).data, want_gray);
+
+    // Palette: indices into a 4-colour table.
+    let palette = [255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30];
+    let indices: Vec<u8> = (0..n).map(|i| (i % 4) as u8).collect();
+    let png = png_bytes(
+        w,
+        h,
+        png::ColorType::Indexed,
+        png::BitDepth::Eight,
+        &indices,
+        Some(&palette),
+    );
+    let want: Vec<u8> = indices
+        .iter()
+        .flat_map(|&i| palette[i as usize * 3..][..3].to_vec())
+        .collect();
+    assert_eq!(rgb(&png).data, want);
+
+    // 16-bit RGB: the high byte of each sample.
+    let wide: Vec<u8> = rgb_data.iter().flat_map(|&v| [v, 0x80]).collect();
+    let png = png_bytes(
+        w,
+        h,
+        png::ColorType::Rgb,
+        png::BitDepth::Sixteen,
+        &wide,
+        None,
+    );
+    let got = rgb(&png).data;
+    assert!(
+        got.iter()
+            .zip(&want_rgb)
+            .all(|(g, w)| (i16::from(*g) - i16::from(*w)).abs() <= 1),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn format_is_sniffed_from_magic_bytes() {
+    assert_eq!(
+        Format::sniff(&encode(&gray_pixels(), ColorType::Luma, |_| {})),
+        Some(Format::Jpeg)
+    );
+    assert_eq!(Format::sniff(b"\x89PNG\r\n\x1a\n...."), Some(Format::Png));
+    assert_eq!(Format::sniff(b"GIF89a"), None);
+    let err = decode(b"GIF89a....", &DecodeOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), DecodeErrorKind::UnknownFormat);
+    assert!(err.to_string().contains("not a JPEG or PNG"), "{err}");
+    assert_eq!(
+        decode(b"", &DecodeOptions::default()).unwrap_err().kind(),
+        DecodeErrorKind::Empty
+    );
+}
+
+#[test]
+fn every_truncation_of_a_jpeg_is_an_error() {
+    for bytes in [
+        encode(&rgb_pixels(), ColorType::Rgb, |_| {}),
+        encode(&rgb_pixels(), ColorType::Rgb, |e| e.set_progressive(true)),
+    ] {
+        for len in 0..bytes.len() {
+            let result = decode(&bytes[..len], &DecodeOptions::default());
+            assert!(
+                result.is_err(),
+                "a {len}-byte prefix of {} decoded",
+                bytes.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_truncation_of_a_png_is_an_error() {
+    let data: Vec<u8> = (0..5 * 3 * 3).map(|i| i as u8).collect();
+    let bytes = png_bytes(5, 3, png::ColorType::Rgb, png::BitDepth::Eight, &data, None);
+    for len in 0..bytes.len() - 12 {
+        // The last 12 bytes are the IEND chunk, which carries no pixels.
+        assert!(
+            decode(&bytes[..len], &DecodeOptions::default()).is_err(),
+            "{len}-byte prefix decoded"
+        );
+    }
+}
+
+#[test]
+fn random_and_mangled_bytes_never_panic() {
+    let seed_jpeg = encode(&rgb_pixels(), ColorType::Rgb, |e| e.set_progressive(true));
+    let seed_png = png_bytes(
+        4,
+        4,
+        png::ColorType::Rgb,
+        png::BitDepth::Eight,
+        &[9; 48],
+        None,
+    );
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let options = DecodeOptions {
+        max_pixels: 1 << 20,
+        ..DecodeOptions::default()
+    };
+    for round in 0..3000 {
+        let mut bytes = match round % 3 {
+            0 => seed_jpeg.clone(),
+            1 => seed_png.clone(),
+            _ => (0..(next() % 512) as usize).map(|_| next() as u8).collect(),
+        };
+        if round % 3 != 2 {
+            for _ in 0..1 + next() % 8 {
+                if bytes.is_empty() {
+                    break;
+                }
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+        }
+        // Whatever comes back, it must come back.
+        let _ = decode(&bytes, &options);
+    }
+}
+
+#[test]
+fn huge_declared_sizes_are_refused_before_allocating() {
+    // A PNG that declares 100000 x 100000 pixels (the header alone).
+    let mut png_header = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut png_header, 100_000, 100_000);
+        encoder.set_color(png::ColorType::Rgb);
+        let _writer = encoder.write_header().unwrap();
+    }
+    let err = decode(&png_header, &DecodeOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), DecodeErrorKind::TooLarge, "{err}");
+    assert!(err.to_string().contains("100000x100000"), "{err}");
+
+    // A JPEG whose frame header is edited to 60000 x 60000.
+    let mut jpeg = encode(&gray_pixels(), ColorType::Luma, |_| {});
+    let sof = jpeg.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    jpeg[sof + 5..sof + 9].copy_from_slice(&[0xEA, 0x60, 0xEA, 0x60]);
+    let err = decode(&jpeg, &DecodeOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), DecodeErrorKind::TooLarge, "{err}");
+
+    // The budget is the caller's.
+    let small = DecodeOptions {
+        max_pixels: 100,
+        ..DecodeOptions::default()
+    };
+    assert_eq!(
+        decode(&encode(&gray_pixels(), ColorType::Luma, |_| {}), &small)
+            .unwrap_err()
+            .kind(),
+        DecodeErrorKind::TooLarge
+    );
+}
