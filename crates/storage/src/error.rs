@@ -53,7 +53,10 @@ type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// opening the store) and the backend, e.g. `s3://bucket/prefix`, never any credential.
 ///
 /// Displays as `not found: key "cat/1.jpg" on s3://images/train: <cause>`.
-pub struct Error {
+pub struct Error(Box<Inner>);
+
+/// Boxed so `Result<Bytes, Error>` stays two words wide on the hot path.
+struct Inner {
     kind: ErrorKind,
     key: String,
     backend: String,
@@ -69,47 +72,47 @@ impl Error {
         key: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
-        Self {
+        Self(Box::new(Inner {
             kind,
             key: key.into(),
             backend: backend.into(),
             message: message.into(),
             source: None,
-        }
+        }))
     }
 
     /// Attach the underlying cause; it is shown after the message and returned by `source()`.
     pub fn with_source(mut self, source: impl Into<Source>) -> Self {
-        self.source = Some(source.into());
+        self.0.source = Some(source.into());
         self
     }
 
     /// What kind of failure this is.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The key the request was for; empty when the error is not about one object.
     pub fn key(&self) -> &str {
-        &self.key
+        &self.0.key
     }
 
     /// The backend that failed, as the store names itself (e.g. `s3://bucket/prefix`).
     pub fn backend(&self) -> &str {
-        &self.backend
+        &self.0.backend
     }
 
     /// The explanation without the cause chain.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
 
     /// The same error with another explanation in front, e.g. "after 5 attempts".
     pub fn context(mut self, context: impl fmt::Display) -> Self {
-        self.message = if self.message.is_empty() {
+        self.0.message = if self.0.message.is_empty() {
             context.to_string()
         } else {
-            format!("{context}: {}", self.message)
+            format!("{context}: {}", self.0.message)
         };
         self
     }
@@ -117,15 +120,15 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.kind)?;
-        if !self.key.is_empty() {
-            write!(f, ": key {:?}", self.key)?;
+        write!(f, "{}", self.0.kind)?;
+        if !self.0.key.is_empty() {
+            write!(f, ": key {:?}", self.0.key)?;
         }
-        write!(f, " on {}", self.backend)?;
-        if !self.message.is_empty() {
-            write!(f, ": {}", self.message)?;
+        write!(f, " on {}", self.0.backend)?;
+        if !self.0.message.is_empty() {
+            write!(f, ": {}", self.0.message)?;
         }
-        if let Some(source) = &self.source {
+        if let Some(source) = &self.0.source {
             write!(f, ": {source}")?;
         }
         Ok(())
@@ -135,18 +138,18 @@ impl fmt::Display for Error {
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
-            .field("kind", &self.kind)
-            .field("key", &self.key)
-            .field("backend", &self.backend)
-            .field("message", &self.message)
-            .field("source", &self.source.as_ref().map(|s| s.to_string()))
+            .field("kind", &self.0.kind)
+            .field("key", &self.0.key)
+            .field("backend", &self.0.backend)
+            .field("message", &self.0.message)
+            .field("source", &self.0.source.as_ref().map(|s| s.to_string()))
             .finish()
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.0.source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
     }

@@ -1,0 +1,107 @@
+//! How the engine fetches, decodes, orders and handles errors.
+
+/// How items are fetched: the paper's three strategies, so its comparison can be rerun.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetch {
+    /// PyTorch's vanilla DataLoader: each of `workers` workers takes a whole batch and,
+    /// item after item, fetches then decodes it, with no overlap inside a worker.
+    Sequential {
+        /// Worker threads, each holding one batch.
+        workers: usize,
+    },
+    /// The paper's threaded fetcher: `threads` blocking threads, each fetching and then
+    /// decoding one item at a time.
+    Threads {
+        /// Fetch-and-decode threads.
+        threads: usize,
+    },
+    /// Fetches as futures on a tokio runtime, at most `max_in_flight` at once, CPU work on
+    /// the decode pool. The default and the point of the project.
+    Async {
+        /// Requests in flight at most.
+        max_in_flight: usize,
+    },
+}
+
+impl Default for Fetch {
+    fn default() -> Self {
+        Fetch::Async { max_in_flight: 64 }
+    }
+}
+
+/// The order of the delivered items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Exactly the sampler's order, batches as the batch sampler cut them (the default).
+    #[default]
+    Sampler,
+    /// Items as they finish, batched in arrival order within an epoch: no head-of-line
+    /// blocking behind a slow request, but no position to resume from.
+    AsCompleted,
+}
+
+/// What a failed item does to its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorPolicy {
+    /// The batch is an error, and the epoch ends there (the default).
+    #[default]
+    Fail,
+    /// The batch shrinks and reports the skipped items with their errors; more than
+    /// `max_failures` in one epoch is an error.
+    Skip {
+        /// Failures allowed per epoch.
+        max_failures: usize,
+    },
+}
+
+/// The engine's settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Fetch strategy.
+    pub fetch: Fetch,
+    /// Threads of the CPU pool (the `Async` strategy's decode pool).
+    pub decode_threads: usize,
+    /// Finished batches waiting for the consumer, at most.
+    pub prefetch: usize,
+    /// Delivery order.
+    pub order: Order,
+    /// Failure handling.
+    pub error_policy: ErrorPolicy,
+    /// A runtime to run on; `None` makes the engine start its own (one thread).
+    pub runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            fetch: Fetch::default(),
+            decode_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            prefetch: 2,
+            order: Order::default(),
+            error_policy: ErrorPolicy::default(),
+            runtime: None,
+        }
+    }
+}
+
+impl Config {
+    /// Check the settings, naming what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        let zero = match self.fetch {
+            Fetch::Sequential { workers: 0 } => Some("Sequential { workers: 0 }"),
+            Fetch::Threads { threads: 0 } => Some("Threads { threads: 0 }"),
+            Fetch::Async { max_in_flight: 0 } => Some("Async { max_in_flight: 0 }"),
+            _ => None,
+        };
+        if let Some(what) = zero {
+            return Err(format!("{what}: nothing would ever be fetched"));
+        }
+        if self.decode_threads == 0 {
+            return Err("decode_threads must be at least 1".into());
+        }
+        if self.prefetch == 0 {
+            return Err("prefetch must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,572 @@
+//! The engine: admits planned items within a bounded window, fetches and decodes them by
+//! the chosen strategy, reassembles batches in order and queues them for the consumer.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::Stream;
+use loader_storage::DynStorage;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+use crate::config::{Config, ErrorPolicy, Fetch, Order};
+use crate::item::{
+    BatchPlan, EngineError, ItemError, ItemFailure, RawBatch, SampleInfo, StageError,
+};
+use crate::metrics::Metrics;
+use crate::pool::{Pool, PoolHandle};
+
+/// The CPU stage: bytes of one sample to its decoded form. Runs on the engine's threads,
+/// never on the async runtime's.
+pub type Stage<T> = Arc<dyn Fn(Bytes, &SampleInfo) -> Result<T, StageError> + Send + Sync>;
+
+type ItemResult<T> = Result<(SampleInfo, T), ItemError>;
+type Output<T> = Result<RawBatch<T>, EngineError>;
+
+/// Prefix of every thread the engine starts, so tests (and `top`) can find them.
+pub const THREAD_PREFIX: &str = "loader-";
+
+/// A running engine. Iterate it with [`Engine::next_blocking`], `.next().await` or as a
+/// [`Stream`]. Dropping it cancels in-flight requests and joins every thread it started.
+pub struct Engine<T> {
+    out: mpsc::Receiver<Output<T>>,
+    metrics: Arc<Metrics>,
+    driver: tokio::task::AbortHandle,
+    /// The runtime thread, when the engine owns its runtime: stopped and joined on drop.
+    own_runtime: Option<(oneshot::Sender<()>, std::thread::JoinHandle<()>)>,
+    pool: Option<Pool>,
+    /// Set on drop: blocking fetches waiting on the runtime give up at once.
+    cancel: watch::Sender<bool>,
+}
+
+impl<T> std::fmt::Debug for Engine<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// Everything an item's work needs, shared by the driver and its tasks.
+struct Shared<T> {
+    storage: DynStorage,
+    stage: Stage<T>,
+    metrics: Arc<Metrics>,
+    pool: PoolHandle,
+    runtime: tokio::runtime::Handle,
+    results: mpsc::UnboundedSender<(u64, ItemResult<T>)>,
+    cancelled: watch::Receiver<bool>,
+}
+
+impl<T: Send + 'static> Engine<T> {
+    /// Start loading `plans` (an iterator over batches, across as many epochs as it
+    /// yields) from `storage` through `stage`.
+    pub fn start(
+        storage: DynStorage,
+        stage: Stage<T>,
+        plans: impl Iterator<Item = BatchPlan> + Send + 'static,
+        config: &Config,
+    ) -> Result<Self, EngineError> {
+        config.validate().map_err(EngineError::Config)?;
+        let start_err = |what: &str, e: std::io::Error| EngineError::Start(format!("{what}: {e}"));
+        let (own_runtime, runtime) = match &config.runtime {
+            Some(handle) => (None, handle.clone()),
+            None => {
+                let (stop, thread, handle) = own_runtime().map_err(|e| start_err("runtime", e))?;
+                (Some((stop, thread)), handle)
+            }
+        };
+        let (pool_name, pool_size, max_in_flight) = match config.fetch {
+            Fetch::Async { max_in_flight } => ("decode", config.decode_threads, max_in_flight),
+            Fetch::Threads { threads } => ("fetch", threads, threads),
+            Fetch::Sequential { workers } => ("worker", workers, workers),
+        };
+        let pool = Pool::new(&format!("{THREAD_PREFIX}{pool_name}"), pool_size)
+            .map_err(|e| start_err("threads", e))?;
+        let metrics = Arc::new(Metrics::new(max_in_flight, pool_size));
+        let (out_tx, out) = mpsc::channel(config.prefetch);
+        let (results, results_rx) = mpsc::unbounded_channel();
+        let (cancel, cancelled) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            storage,
+            stage,
+            metrics: Arc::clone(&metrics),
+            pool: pool.handle(),
+            runtime: runtime.clone(),
+            results,
+            cancelled,
+        });
+        let driver = Driver {
+            shared,
+            fetch: config.fetch,
+            order: config.order,
+            policy: config.error_policy,
+            cpu_threads: pool_size,
+            fetch_limit: Arc::new(Semaphore::new(max_in_flight)),
+            out: out_tx,
+            results: results_rx,
+        };
+        let task = runtime.spawn(driver.run(plans));
+        Ok(Self {
+            out,
+            metrics,
+            driver: task.abort_handle(),
+            own_runtime,
+            pool: Some(pool),
+            cancel,
+        })
+    }
+
+    /// The next batch, blocking the calling thread. `None` when the plans are exhausted
+    /// or after an error ended the run.
+    pub fn next_blocking(&mut self) -> Option<Output<T>> {
+        let waited = Instant::now();
+        // futures' executor, not tokio's blocking_recv: this may be called from inside a
+        // tokio runtime, where tokio's blocking calls panic.
+        let item = futures::executor::block_on(self.out.recv());
+        self.taken(item, waited)
+    }
+
+    /// The next batch.
+    pub async fn next(&mut self) -> Option<Output<T>> {
+        let waited = Instant::now();
+        let item = self.out.recv().await;
+        self.taken(item, waited)
+    }
+
+    fn taken(&self, item: Option<Output<T>>, waited: Instant) -> Option<Output<T>> {
+        if let Some(Ok(batch)) = &item {
+            self.metrics
+                .batch_taken(batch.queued_at.elapsed(), waited.elapsed());
+        }
+        item
+    }
+
+    /// The live metrics.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.metrics)
+    }
+}
+
+impl<T: Send + 'static> Stream for Engine<T> {
+    type Item = Output<T>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Output<T>>> {
+        let this = self.get_mut();
+        let polled = this.out.poll_recv(cx);
+        if let Poll::Ready(Some(Ok(batch))) = &polled {
+            this.metrics
+                .batch_taken(batch.queued_at.elapsed(), std::time::Duration::ZERO);
+        }
+        polled
+    }
+}
+
+impl<T> Drop for Engine<T> {
+    fn drop(&mut self) {
+        // Blocking fetches stop waiting; the driver is cancelled, and dropping it drops its
+        // JoinSet, which aborts every item task and so every request in flight.
+        let _ = self.cancel.send(true);
+        self.driver.abort();
+        self.out.close();
+        // Pool threads first, while the runtime they may be blocked on still runs.
+        if let Some(mut pool) = self.pool.take() {
+            pool.shutdown();
+        }
+        if let Some((stop, thread)) = self.own_runtime.take() {
+            let _ = stop.send(());
+            // The runtime is dropped on its own thread, outside any async context.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A current-thread runtime on a thread of our own, so a synchronous caller needs no tokio
+/// and dropping the engine never drops a runtime inside someone's async context.
+fn own_runtime() -> std::io::Result<(
+    oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+    tokio::runtime::Handle,
+)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name(format!("{THREAD_PREFIX}io-blocking"))
+        .build()?;
+    let handle = runtime.handle().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name(format!("{THREAD_PREFIX}io"))
+        .spawn(move || {
+            runtime.block_on(async {
+                let _ = stopped.await;
+            });
+            drop(runtime);
+        })?;
+    Ok((stop, thread, handle))
+}
+
+struct Driver<T> {
+    shared: Arc<Shared<T>>,
+    fetch: Fetch,
+    order: Order,
+    policy: ErrorPolicy,
+    cpu_threads: usize,
+    fetch_limit: Arc<Semaphore>,
+    out: mpsc::Sender<Output<T>>,
+    results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
+}
+
+/// What assembly needs to know of a planned batch.
+struct Pending {
+    epoch: u64,
+    position: u64,
+    len: usize,
+    last_in_epoch: bool,
+}
+
+/// The batches admitted and not yet handed over, with their items' results as they come.
+struct Assembly<T> {
+    pending: VecDeque<Pending>,
+    /// Window permits of admitted items, in admission order.
+    permits: VecDeque<OwnedSemaphorePermit>,
+    /// `Sampler` order: results by sequence number, from `base` on.
+    slots: VecDeque<Option<ItemResult<T>>>,
+    base: u64,
+    /// `AsCompleted` order: results as they arrived.
+    arrived: VecDeque<ItemResult<T>>,
+    /// (epoch, failures so far in it), for `Skip { max_failures }`.
+    failures: (u64, usize),
+}
+
+impl<T> Assembly<T> {
+    fn put(&mut self, order: Order, seq: u64, result: ItemResult<T>) {
+        match order {
+            Order::Sampler => {
+                let slot = (seq - self.base) as usize;
+                if self.slots.len() <= slot {
+                    self.slots.resize_with(slot + 1, || None);
+                }
+                self.slots[slot] = Some(result);
+            }
+            Order::AsCompleted => self.arrived.push_back(result),
+        }
+    }
+
+    /// The front batch's results, if all have arrived.
+    fn take_front(&mut self, order: Order) -> Option<(Pending, Vec<ItemResult<T>>)> {
+        let n = self.pending.front()?.len;
+        let items: Vec<ItemResult<T>> = match order {
+            Order::Sampler => {
+                if self.slots.len() < n || self.slots.iter().take(n).any(Option::is_none) {
+                    return None;
+                }
+                self.base += n as u64;
+                self.slots.drain(..n).flatten().collect()
+            }
+            // Admission never crosses an epoch boundary in this order, so whatever has
+            // arrived belongs to the front batch's epoch.
+            Order::AsCompleted => {
+                if self.arrived.len() < n {
+                    return None;
+                }
+                self.arrived.drain(..n).collect()
+            }
+        };
+        self.pending.pop_front().map(|p| (p, items))
+    }
+
+    /// Free the window slots of `n` handed-over items.
+    fn release(&mut self, n: usize) {
+        let mut released = 0;
+        while released < n {
+            let Some(permit) = self.permits.pop_front() else {
+                return;
+            };
+            released += permit.num_permits();
+        }
+    }
+}
+
+impl<T: Send + 'static> Driver<T> {
+    /// Items admitted but not yet handed over in a queued batch, at most: the batch being
+    /// assembled plus what the strategy keeps busy. This bounds live sample buffers to
+    /// `prefetch` batches + this window + the consumer's batch.
+    fn window(&self, batch_size: usize) -> usize {
+        match self.fetch {
+            Fetch::Async { max_in_flight } => batch_size + max_in_flight + self.cpu_threads,
+            Fetch::Threads { threads } => batch_size + threads,
+            Fetch::Sequential { workers } => (workers + 1) * batch_size,
+        }
+    }
+
+    async fn run(mut self, plans: impl Iterator<Item = BatchPlan> + Send + 'static) {
+        let mut plans = plans.peekable();
+        let batch_size = plans.peek().map_or(1, |p| p.items.len().max(1));
+        let window = Arc::new(Semaphore::new(self.window(batch_size)));
+        let mut tasks = JoinSet::new();
+        let mut asm = Assembly {
+            pending: VecDeque::new(),
+            permits: VecDeque::new(),
+            slots: VecDeque::new(),
+            base: 0,
+            arrived: VecDeque::new(),
+            failures: (u64::MAX, 0),
+        };
+        let mut next_seq = 0u64;
+        // The plan being admitted and how many of its items are in.
+        let mut admitting: Option<(BatchPlan, usize)> = None;
+
+        loop {
+            if admitting.is_none() {
+                let barrier = self.order == Order::AsCompleted
+                    && plans.peek().is_some_and(|next| {
+                        asm.pending.back().is_some_and(|p| p.epoch != next.epoch)
+                    });
+                if !barrier && let Some(plan) = plans.next() {
+                    asm.pending.push_back(Pending {
+                        epoch: plan.epoch,
+                        position: plan.position,
+                        len: plan.items.len(),
+                        last_in_epoch: plan.last_in_epoch,
+                    });
+                    admitting = Some((plan, 0));
+                }
+            }
+            if admitting.is_none() && asm.pending.is_empty() && plans.peek().is_none() {
+                return; // everything handed over
+            }
+            let want = match (&admitting, self.fetch) {
+                (Some((plan, _)), Fetch::Sequential { .. }) => plan.items.len().max(1) as u32,
+                (Some(_), _) => 1,
+                (None, _) => 0,
+            };
+            tokio::select! {
+                biased;
+                Some((seq, result)) = self.results.recv() => {
+                    asm.put(self.order, seq, result);
+                    while let Some((pending, items)) = asm.take_front(self.order) {
+                        let n = pending.len;
+                        let batch = self.assemble(pending, items, &mut asm.failures);
+                        let stop = batch.is_err();
+                        // Backpressure: this waits while `prefetch` batches are queued;
+                        // item tasks and pool jobs go on meanwhile.
+                        if self.out.send(batch).await.is_err() || stop {
+                            return;
+                        }
+                        self.shared.metrics.batch_queued();
+                        asm.release(n);
+                    }
+                }
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    if let Err(e) = joined
+                        && e.is_panic()
+                    {
+                        eprintln!("loader: an item task panicked: {e}");
+                    }
+                }
+                permit = Arc::clone(&window).acquire_many_owned(want), if want > 0 => {
+                    let Ok(permit) = permit else { return };
+                    asm.permits.push_back(permit);
+                    let Some((plan, at)) = admitting.as_mut() else { continue };
+                    if let Fetch::Sequential { .. } = self.fetch {
+                        let items: Vec<(u64, SampleInfo)> =
+                            (0..plan.items.len()).map(|i| (next_seq + i as u64, info(plan, i))).collect();
+                        next_seq += items.len() as u64;
+                        admitting = None;
+                        let shared = Arc::clone(&self.shared);
+                        self.shared.pool.execute(move || {
+                            // The vanilla worker: fetch, then decode, one item after another.
+                            for (seq, sample) in items {
+                                if *shared.cancelled.borrow() {
+                                    return;
+                                }
+                                let result = fetch_blocking(&shared, &sample).and_then(|bytes| run_stage(&shared, bytes, sample));
+                                let _ = shared.results.send((seq, result));
+                            }
+                        });
+                        continue;
+                    }
+                    let seq = next_seq;
+                    next_seq += 1;
+                    let sample = info(plan, *at);
+                    *at += 1;
+                    if *at == plan.items.len() {
+                        admitting = None;
+                    }
+                    let shared = Arc::clone(&self.shared);
+                    match self.fetch {
+                        Fetch::Async { .. } => {
+                            let limit = Arc::clone(&self.fetch_limit);
+                            tasks.spawn(fetch_then_decode(shared, limit, seq, sample));
+                        }
+                        Fetch::Threads { .. } => {
+                            let worker = Arc::clone(&shared);
+                            shared.pool.execute(move || {
+                                let result = fetch_blocking(&worker, &sample).and_then(|bytes| run_stage(&worker, bytes, sample));
+                                let _ = worker.results.send((seq, result));
+                            });
+                        }
+                        Fetch::Sequential { .. } => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Turn a planned batch's results into a batch or an error, by the error policy.
+    fn assemble(
+        &self,
+        plan: Pending,
+        items: Vec<ItemResult<T>>,
+        failures: &mut (u64, usize),
+    ) -> Output<T> {
+        let mut samples = Vec::with_capacity(items.len());
+        let mut skipped = Vec::new();
+        for item in items {
+            match item {
+                Ok(sample) => {
+                    samples.push(sample);
+                    self.shared.metrics.item_done(true);
+                }
+                Err(e) => {
+                    skipped.push(e);
+                    self.shared.metrics.item_done(false);
+                }
+            }
+        }
+        if failures.0 != plan.epoch {
+            *failures = (plan.epoch, 0);
+        }
+        if !skipped.is_empty() {
+            match self.policy {
+                ErrorPolicy::Fail => {
+                    return Err(EngineError::Batch {
+                        epoch: plan.epoch,
+                        position: plan.position,
+                        errors: skipped,
+                    });
+                }
+                ErrorPolicy::Skip { max_failures } => {
+                    failures.1 += skipped.len();
+                    if failures.1 > max_failures {
+                        return Err(EngineError::TooManyFailures {
+                            epoch: plan.epoch,
+                            max_failures,
+                            errors: skipped,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(RawBatch {
+            epoch: plan.epoch,
+            position: plan.position,
+            planned: plan.len,
+            samples,
+            skipped,
+            last_in_epoch: plan.last_in_epoch,
+            queued_at: Instant::now(),
+        })
+    }
+}
+
+fn info(plan: &BatchPlan, i: usize) -> SampleInfo {
+    let item = &plan.items[i];
+    SampleInfo {
+        index: item.index,
+        key: Arc::clone(&item.key),
+        epoch: plan.epoch,
+        position: plan.position + i as u64,
+    }
+}
+
+/// The `Async` strategy's item: the fetch as a future within the in-flight limit, then
+/// the CPU stage on the pool.
+async fn fetch_then_decode<T: Send + 'static>(
+    shared: Arc<Shared<T>>,
+    limit: Arc<Semaphore>,
+    seq: u64,
+    sample: SampleInfo,
+) {
+    let fetched = {
+        // The semaphore is never closed, so this cannot fail while the engine lives.
+        let Ok(_slot) = limit.acquire_owned().await else {
+            return;
+        };
+        let _guard = shared.metrics.fetch_started();
+        shared.storage.get(&sample.key).await
+    };
+    match fetched {
+        Ok(bytes) => {
+            shared.metrics.fetched(bytes.len());
+            let worker = Arc::clone(&shared);
+            shared.pool.execute(move || {
+                let result = run_stage(&worker, bytes, sample);
+                let _ = worker.results.send((seq, result));
+            });
+        }
+        Err(e) => {
+            let _ = shared.results.send((
+                seq,
+                Err(ItemError {
+                    info: sample,
+                    failure: ItemFailure::Fetch(e),
+                }),
+            ));
+        }
+    }
+}
+
+/// Fetch on the calling (non-runtime) thread by blocking on the runtime's handle.
+fn fetch_blocking<T>(shared: &Shared<T>, info: &SampleInfo) -> Result<Bytes, ItemError> {
+    let _guard = shared.metrics.fetch_started();
+    let mut cancelled = shared.cancelled.clone();
+    let fetched = shared.runtime.block_on(async {
+        tokio::select! {
+            fetched = shared.storage.get(&info.key) => Some(fetched),
+            // Also when the engine is gone (the sender dropped).
+            _ = cancelled.wait_for(|c| *c) => None,
+        }
+    });
+    match fetched {
+        Some(Ok(bytes)) => {
+            shared.metrics.fetched(bytes.len());
+            Ok(bytes)
+        }
+        Some(Err(e)) => Err(ItemError {
+            info: info.clone(),
+            failure: ItemFailure::Fetch(e),
+        }),
+        None => Err(ItemError {
+            info: info.clone(),
+            failure: ItemFailure::Cancelled,
+        }),
+    }
+}
+
+/// The CPU stage, timed, with panics caught so one bad sample cannot take the pool down.
+fn run_stage<T>(shared: &Shared<T>, bytes: Bytes, info: SampleInfo) -> ItemResult<T> {
+    let _guard = shared.metrics.decode_started();
+    let stage = &shared.stage;
+    match std::panic::catch_unwind(AssertUnwindSafe(|| stage(bytes, &info))) {
+        Ok(Ok(value)) => Ok((info, value)),
+        Ok(Err(e)) => Err(ItemError {
+            info,
+            failure: ItemFailure::Stage(e),
+        }),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(ItemError {
+                info,
+                failure: ItemFailure::Panic(message),
+            })
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Per-stage timings and gauges, and a summary that names the bottleneck.
+
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// Live counters of an engine, shared with whoever reports them.
+#[derive(Debug)]
+pub struct Metrics {
+    started: Instant,
+    config_in_flight: usize,
+    config_cpu_threads: usize,
+    fetch: Timer,
+    decode: Timer,
+    queue_wait: Timer,
+    consumer_wait: Timer,
+    bytes: AtomicU64,
+    items: AtomicU64,
+    failures: AtomicU64,
+    in_flight: AtomicUsize,
+    in_flight_peak: AtomicUsize,
+    decoding: AtomicUsize,
+    ready_batches: AtomicUsize,
+    /// Sum over fetches of the in-flight count at their start, to report the mean.
+    in_flight_sum: AtomicU64,
+}
+
+/// A latency histogram (microseconds, 2 significant digits) and a running total.
+#[derive(Debug)]
+struct Timer {
+    hist: Mutex<Histogram<u64>>,
+    total_us: AtomicU64,
+}
+
+impl Timer {
+    fn new() -> Self {
+        Self {
+            hist: Mutex::new(
+                Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("constant bounds are valid"),
+            ),
+            total_us: AtomicU64::new(0),
+        }
+    }
+
+    fn record(&self, d: Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.total_us.fetch_add(us, Ordering::Relaxed);
+        self.hist
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .saturating_record(us);
+    }
+
+    fn summary(&self) -> StageSummary {
+        let hist = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+        let at = |q| Duration::from_micros(hist.value_at_quantile(q));
+        StageSummary {
+            count: hist.len(),
+            total: Duration::from_micros(self.total_us.load(Ordering::Relaxed)),
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: Duration::from_micros(hist.max()),
+        }
+    }
+}
+
+/// Timings of one stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StageSummary {
+    /// Events timed.
+    pub count: u64,
+    /// Their total time.
+    pub total: Duration,
+    /// Median.
+    pub p50: Duration,
+    /// 90th percentile.
+    pub p90: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Longest.
+    pub max: Duration,
+}
+
+/// A point-in-time report of an engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Time since the engine started.
+    pub elapsed: Duration,
+    /// Items delivered or skipped.
+    pub items: u64,
+    /// Items that failed.
+    pub failures: u64,
+    /// Bytes fetched.
+    pub bytes: u64,
+    /// Fetch latency per item.
+    pub fetch: StageSummary,
+    /// CPU stage time per item.
+    pub decode: StageSummary,
+    /// How long finished batches waited in the ready queue for the consumer.
+    pub queue_wait: StageSummary,
+    /// How long the consumer waited for each batch.
+    pub consumer_wait: StageSummary,
+    /// Mean requests in flight seen by a starting fetch.
+    pub mean_in_flight: f64,
+    /// Most requests in flight at once.
+    pub peak_in_flight: usize,
+    /// The strategy's fetch concurrency limit.
+    pub max_in_flight: usize,
+    /// Threads doing CPU work.
+    pub cpu_threads: usize,
+}
+
+impl Metrics {
+    pub(crate) fn new(max_in_flight: usize, cpu_threads: usize) -> Self {
+        Self {
+            started: Instant::now(),
+            config_in_flight: max_in_flight,
+            config_cpu_threads: cpu_threads,
+            fetch: Timer::new(),
+            decode: Timer::new(),
+            queue_wait: Timer::new(),
+            consumer_wait: Timer::new(),
+            bytes: AtomicU64::new(0),
+            items: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            in_flight_peak: AtomicUsize::new(0),
+            decoding: AtomicUsize::new(0),
+            ready_batches: AtomicUsize::new(0),
+            in_flight_sum: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn fetch_started(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.in_flight_peak.fetch_max(now, Ordering::Relaxed);
+        self.in_flight_sum.fetch_add(now as u64, Ordering::Relaxed);
+        InFlight {
+            metrics: self,
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn fetched(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn decode_started(&self) -> Decoding<'_> {
+        self.decoding.fetch_add(1, Ordering::Relaxed);
+        Decoding {
+            metrics: self,
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn item_done(&self, ok: bool) {
+        self.items.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn batch_queued(&self) {
+        self.ready_batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The consumer took a batch that had waited `queued` in the ready queue, after
+    /// waiting `waited` for it.
+    pub fn batch_taken(&self, queued: Duration, waited: Duration) {
+        self.ready_batches.fetch_sub(1, Ordering::Relaxed);
+        self.queue_wait.record(queued);
+        self.consumer_wait.record(waited);
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Items in the CPU stage now.
+    pub fn decoding(&self) -> usize {
+        self.decoding.load(Ordering::Relaxed)
+    }
+
+    /// Finished batches waiting for the consumer now.
+    pub fn ready_batches(&self) -> usize {
+        self.ready_batches.load(Ordering::Relaxed)
+    }
+
+    /// Everything so far.
+    pub fn summary(&self) -> Summary {
+        let fetch = self.fetch.summary();
+        Summary {
+            elapsed: self.started.elapsed(),
+            items: self.items.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            fetch,
+            decode: self.decode.summary(),
+            queue_wait: self.queue_wait.summary(),
+            consumer_wait: self.consumer_wait.summary(),
+            mean_in_flight: if fetch.count == 0 {
+                0.0
+            } else {
+                self.in_flight_sum.load(Ordering::Relaxed) as f64 / fetch.count as f64
+            },
+            peak_in_flight: self.in_flight_peak.load(Ordering::Relaxed),
+            max_in_flight: self.config_in_flight,
+            cpu_threads: self.config_cpu_threads,
+        }
+    }
+}
+
+/// Counts a fetch as in flight until dropped (also when its task is cancelled).
+pub(crate) struct InFlight<'a> {
+    metrics: &'a Metrics,
+    started: Instant,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.fetch.record(self.started.elapsed());
+    }
+}
+
+/// Counts an item as in the CPU stage until dropped.
+pub(crate) struct Decoding<'a> {
+    metrics: &'a Metrics,
+    started: Instant,
+}
+
+impl Drop for Decoding<'_> {
+    fn drop(&mut self) {
+        self.metrics.decoding.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.decode.record(self.started.elapsed());
+    }
+}
+
+impl Summary {
+    /// Items per second over the engine's life.
+    pub fn items_per_sec(&self) -> f64 {
+        self.items as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Fraction of the CPU threads' time spent in the CPU stage.
+    pub fn cpu_busy(&self) -> f64 {
+        self.decode.total.as_secs_f64()
+            / (self.elapsed.as_secs_f64() * self.cpu_threads.max(1) as f64).max(1e-9)
+    }
+
+    /// One line naming the stage that limits throughput, from the measurements.
+    pub fn bottleneck(&self) -> String {
+        let per_batch_wait = self.consumer_wait.p50;
+        let busy = self.cpu_busy();
+        if self.consumer_wait.count > 0
+            && per_batch_wait < Duration::from_millis(1)
+            && self.queue_wait.p50 > Duration::from_millis(1)
+        {
+            return format!(
+                "bottleneck: the consumer — batches wait {:.1} ms in the queue (p50) while the consumer waits {:.2} ms; the loader keeps up",
+                ms(self.queue_wait.p50),
+                ms(per_batch_wait)
+            );
+        }
+        if busy > 0.85 {
+            return format!(
+                "bottleneck: CPU — the {} CPU threads are {:.0}% busy decoding ({:.2} ms per item); add threads or cores",
+                self.cpu_threads,
+                busy * 100.0,
+                ms(self.decode.total) / self.decode.count.max(1) as f64
+            );
+        }
+        if self.max_in_flight > 0 && self.mean_in_flight >= 0.8 * self.max_in_flight as f64 {
+            return format!(
+                "bottleneck: storage — {:.0} of {} requests in flight on average at p50 {:.1} ms; raise the in-flight limit",
+                self.mean_in_flight,
+                self.max_in_flight,
+                ms(self.fetch.p50)
+            );
+        }
+        format!(
+            "bottleneck: storage latency — p50 {:.1} ms, p99 {:.1} ms per fetch, {:.0} in flight on average, CPU {:.0}% busy",
+            ms(self.fetch.p50),
+            ms(self.fetch.p99),
+            self.mean_in_flight,
+            busy * 100.0
+        )
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} items ({} failed) in {:.1} s: {:.0} items/s, {:.1} MB/s",
+            self.items,
+            self.failures,
+            self.elapsed.as_secs_f64(),
+            self.items_per_sec(),
+            self.bytes as f64 / 1e6 / self.elapsed.as_secs_f64().max(1e-9)
+        )?;
+        let stage = |f: &mut fmt::Formatter<'_>, name: &str, s: &StageSummary| {
+            writeln!(
+                f,
+                "  {name:<14} p50 {:>8.2} ms  p90 {:>8.2} ms  p99 {:>8.2} ms  max {:>8.2} ms  (n={})",
+                ms(s.p50),
+                ms(s.p90),
+                ms(s.p99),
+                ms(s.max),
+                s.count
+            )
+        };
+        stage(f, "fetch", &self.fetch)?;
+        stage(f, "decode", &self.decode)?;
+        stage(f, "queue wait", &self.queue_wait)?;
+        stage(f, "consumer wait", &self.consumer_wait)?;
+        writeln!(
+            f,
+            "  in flight: mean {:.1}, peak {} of {}; CPU threads {} ({:.0}% busy)",
+            self.mean_in_flight,
+            self.peak_in_flight,
+            self.max_in_flight,
+            self.cpu_threads,
+            self.cpu_busy() * 100.0
+        )?;
+        write!(f, "{}", self.bottleneck())
+    }
+}

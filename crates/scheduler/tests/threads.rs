@@ -1,0 +1,122 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! Dropping the engine in every phase returns and leaves none of its threads running.
+//! One test in its own process: threads are counted process-wide by name.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use loader_scheduler::{BatchPlan, Config, Engine, Fetch, SampleInfo, THREAD_PREFIX, WorkItem};
+use loader_storage::layer::Latency;
+use loader_storage::{DynStorage, StorageExt, from_url};
+
+const HANG_LIMIT: Duration = Duration::from_secs(30);
+
+fn loader_threads() -> usize {
+    thread_names().len()
+}
+
+/// The count once it stops changing: a joined thread can linger in /proc for a moment
+/// after `join` returns, while the kernel reaps it. Polls for at most the hang limit.
+fn settled_thread_count() -> usize {
+    let start = Instant::now();
+    while loader_threads() > 0 && start.elapsed() < HANG_LIMIT {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    loader_threads()
+}
+
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(THREAD_PREFIX))
+        .collect()
+}
+
+fn plans(count: u64, batch: u64, epochs: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
+    (0..epochs).flat_map(move |epoch| {
+        (0..count / batch).map(move |b| BatchPlan {
+            epoch,
+            position: b * batch,
+            items: (b * batch..(b + 1) * batch)
+                .map(|i| WorkItem {
+                    index: i,
+                    key: format!("{i:04}").into(),
+                })
+                .collect(),
+            last_in_epoch: b + 1 == count / batch,
+        })
+    })
+}
+
+#[test]
+fn dropping_in_every_phase_returns_and_joins_every_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..100 {
+        std::fs::write(dir.path().join(format!("{i:04}")), b"x").unwrap();
+    }
+    let base = from_url(
+        &dir.path().to_string_lossy(),
+        Vec::<(String, String)>::new(),
+    )
+    .unwrap();
+    let stage: loader_scheduler::Stage<usize> = Arc::new(|b: Bytes, _: &SampleInfo| Ok(b.len()));
+    assert_eq!(loader_threads(), 0);
+    for fetch in [
+        Fetch::Sequential { workers: 2 },
+        Fetch::Threads { threads: 4 },
+        Fetch::Async { max_in_flight: 16 },
+    ] {
+        let config = Config {
+            fetch,
+            decode_threads: 2,
+            prefetch: 2,
+            ..Config::default()
+        };
+        // Phases: before the first batch (requests hang), mid-epoch, after the run ended.
+        for (phase, latency, take) in [
+            ("hanging requests", Duration::from_secs(600), 0),
+            ("mid-epoch", Duration::from_millis(10), 2),
+            ("after the end", Duration::ZERO, usize::MAX),
+        ] {
+            let store =
+                Arc::new(base.clone().with_latency(Latency::Fixed(latency), 0)) as DynStorage;
+            let mut engine =
+                Engine::start(store, Arc::clone(&stage), plans(100, 10, 1), &config).unwrap();
+            let metrics = engine.metrics();
+            let mut taken = 0;
+            while taken < take {
+                match engine.next_blocking() {
+                    Some(batch) => {
+                        batch.unwrap();
+                        taken += 1;
+                    }
+                    None => break,
+                }
+            }
+            if take == 0 {
+                std::thread::sleep(Duration::from_millis(50)); // let requests start
+            }
+            assert!(
+                loader_threads() > 0,
+                "{fetch:?} {phase}: no thread was started?"
+            );
+            let start = Instant::now();
+            drop(engine);
+            assert!(start.elapsed() < HANG_LIMIT, "{fetch:?} {phase}: drop hung");
+            assert_eq!(
+                settled_thread_count(),
+                0,
+                "{fetch:?} {phase}: threads left running: {:?}",
+                thread_names()
+            );
+            assert_eq!(
+                metrics.in_flight(),
+                0,
+                "{fetch:?} {phase}: requests left in flight"
+            );
+        }
+    }
+}
