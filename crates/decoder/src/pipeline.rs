@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::geometry::{self, Rect};
-use crate::resize::{Filter, resize};
+use crate::resize::{Filter, pixels, resize};
 use crate::{DecodeError, DecodeErrorKind, DecodeOptions, Image, Result, decode};
 
 /// ImageNet's per-channel mean, for [`Output::F32Chw`].
@@ -308,7 +308,35 @@ impl View<'_> {
             let flipped = self.materialize();
             self.replace(flipped);
         }
-        let resized = resize(&self.image, self.rect, height, width, filter)?;
+        let resized = resize(&self.image, pixels(self.rect), height, width, filter)?;
+        self.replace(resized);
+        Ok(())
+    }
+
+    /// `Resize` to (`height`, `width`) then a crop of it, computed only where the crop
+    /// is: the evaluation pipeline's resize then costs a third less.
+    fn resize_and_crop(
+        &mut self,
+        height: usize,
+        width: usize,
+        crop: Rect,
+        filter: Filter,
+    ) -> Result<()> {
+        if self.flip {
+            let flipped = self.materialize();
+            self.replace(flipped);
+        }
+        let (sx, sy) = (
+            self.rect.w as f64 / width as f64,
+            self.rect.h as f64 / height as f64,
+        );
+        let region = (
+            self.rect.x as f64 + crop.x as f64 * sx,
+            self.rect.y as f64 + crop.y as f64 * sy,
+            crop.w as f64 * sx,
+            crop.h as f64 * sy,
+        );
+        let resized = resize(&self.image, region, crop.h, crop.w, filter)?;
         self.replace(resized);
         Ok(())
     }
@@ -458,11 +486,32 @@ impl Pipeline {
             image: Cow::Borrowed(image),
             flip: false,
         };
-        for t in &self.inner.transforms {
+        let mut steps = self.inner.transforms.iter().peekable();
+        while let Some(t) = steps.next() {
             match *t {
                 Transform::Resize { size, filter } => {
                     let (h, w) = geometry::resize_shorter(view.rect.h, view.rect.w, size);
-                    view.resize_to(h.max(1), w.max(1), filter)?;
+                    let (h, w) = (h.max(1), w.max(1));
+                    match steps.peek() {
+                        Some(Transform::CenterCrop { height, width })
+                            if *height <= h && *width <= w =>
+                        {
+                            let (top, left) = geometry::center_crop_offsets(h, w, *height, *width);
+                            view.resize_and_crop(
+                                h,
+                                w,
+                                Rect {
+                                    x: left,
+                                    y: top,
+                                    w: *width,
+                                    h: *height,
+                                },
+                                filter,
+                            )?;
+                            steps.next();
+                        }
+                        _ => view.resize_to(h, w, filter)?,
+                    }
                 }
                 Transform::CenterCrop { height, width } => {
                     if height > view.rect.h || width > view.rect.w {

@@ -50,10 +50,20 @@ fn pixel_type(channels: usize) -> Result<PixelType> {
     })
 }
 
-/// Resample the `region` of `src` to `width` x `height`.
+/// A source region with fractional edges: (left, top, width, height).
+pub(crate) type CropBox = (f64, f64, f64, f64);
+
+/// The box of whole pixels `r`.
+pub(crate) fn pixels(r: Rect) -> CropBox {
+    (r.x as f64, r.y as f64, r.w as f64, r.h as f64)
+}
+
+/// Resample the `region` of `src` to `width` x `height`. The filter's taps may reach past
+/// the region (up to the image's edges), exactly as for the whole image, so resampling a
+/// region equals resampling everything and cropping the result.
 pub(crate) fn resize(
     src: &Image,
-    region: Rect,
+    region: CropBox,
     height: usize,
     width: usize,
     filter: Filter,
@@ -68,12 +78,9 @@ pub(crate) fn resize(
     let src_ref = ImageRef::new(as_u32(src.width)?, as_u32(src.height)?, &src.data, pt)
         .map_err(|e| invalid(format!("resize source: {e}")))?;
     let mut dst = FirImage::new(as_u32(width)?, as_u32(height)?, pt);
-    let options = ResizeOptions::new().resize_alg(filter.alg()).crop(
-        region.x as f64,
-        region.y as f64,
-        region.w as f64,
-        region.h as f64,
-    );
+    let options = ResizeOptions::new()
+        .resize_alg(filter.alg())
+        .crop(region.0, region.1, region.2, region.3);
     RESIZER
         .with(|r| r.borrow_mut().resize(&src_ref, &mut dst, &options))
         .map_err(|e| invalid(format!("resize: {e}")))?;

@@ -305,3 +305,43 @@ fn bad_parameters_are_refused() {
     };
     assert!(Pipeline::imagenet_eval().apply(&gray, KEY).is_err());
 }
+
+#[test]
+fn resize_then_center_crop_equals_cropping_the_full_resize() {
+    // The fused path (Resize directly followed by CenterCrop) against the plain one (a
+    // no-op flip in between keeps the steps apart): the same pixels, up to the last bit of
+    // float rounding of the crop box (a few values off by one).
+    let image = coordinates(500, 375);
+    let fused = Pipeline::builder()
+        .resize(256)
+        .center_crop(224)
+        .build()
+        .unwrap();
+    let plain = Pipeline::builder()
+        .resize(256)
+        .random_horizontal_flip(0.0)
+        .center_crop(224)
+        .build()
+        .unwrap();
+    for (w, h) in [(500, 375), (375, 500), (333, 250), (256, 256), (1000, 257)] {
+        let image = if (w, h) == (500, 375) {
+            image.clone()
+        } else {
+            coordinates(w, h)
+        };
+        let (a, sa) = u8_out(&fused, &image, KEY);
+        let (b, sb) = u8_out(&plain, &image, KEY);
+        assert_eq!(sa, sb);
+        let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        let worst = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| x.abs_diff(*y))
+            .max()
+            .unwrap_or(0);
+        assert!(
+            worst <= 1 && differing * 1000 < a.len(),
+            "{w}x{h}: {differing} values differ, by up to {worst}"
+        );
+    }
+}
