@@ -1,10 +1,55 @@
-//! The loader facade that ML stacks depend on: datasets, the data loader, batches.
+//! loader: feed ML training from S3, HTTP or local disk as fast as from a local drive.
 //!
-//! The crate has a place in the workspace now; its code lands with its own issue.
+//! This facade is what a training program depends on: a [`Dataset`] (ImageFolder listing,
+//! manifest or Vec), a [`DataLoader`] with PyTorch's names that is both a blocking
+//! `Iterator` and an async `Stream` of [`Batch`]es, exact `state()` / `resume()`, and the
+//! other crates re-exported.
 //!
 //! ```
-//! assert_eq!(loader_core::NAME, "loader-core");
+//! use loader_core::{DataLoader, Dataset, Pipeline, from_url};
+//!
+//! # fn main() -> loader_core::Result<()> {
+//! // A tiny ImageFolder on local disk; `s3://bucket/train` works the same way.
+//! let dir = tempfile::tempdir().unwrap();
+//! loader_testkit::DatasetSpec::tiny(12, 3).write(dir.path()).unwrap();
+//! let store = from_url(&dir.path().to_string_lossy(), Vec::<(String, String)>::new())?;
+//!
+//! let dataset = Dataset::image_folder_blocking(&*store)?;
+//! assert_eq!(dataset.classes(), ["class_000", "class_001", "class_002"]);
+//!
+//! let mut loader = DataLoader::builder(store, dataset)
+//!     .batch_size(5)
+//!     .shuffle(true)
+//!     .seed(42)
+//!     .transform(Pipeline::imagenet_eval())
+//!     .build()?;
+//! assert_eq!(loader.len(), 3); // 5 + 5 + 2
+//!
+//! for batch in &mut loader {
+//!     let batch = batch?;
+//!     assert_eq!(&batch.shape[1..], &[3, 224, 224]);
+//!     assert_eq!(batch.labels.len(), batch.len());
+//! }
+//! // The next pass reads epoch 1; a checkpoint is just the state.
+//! assert_eq!(loader.state()?, loader_core::LoaderState { epoch: 1, position: 0 });
+//! # Ok(())
+//! # }
 //! ```
 
-/// The crate's name, so the placeholder has something to show in its example.
-pub const NAME: &str = "loader-core";
+mod batch;
+mod dataset;
+mod error;
+mod loader;
+
+pub use batch::{Batch, BatchData, collate};
+pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat};
+pub use error::{Error, Result};
+pub use loader::{Collate, DataLoader, DataLoaderBuilder, LoaderState};
+
+pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
+pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};
+pub use loader_scheduler::{
+    self as scheduler, ErrorPolicy, Fetch, ItemError, Metrics, Order, RawBatch, SampleInfo,
+    StageError, Summary,
+};
+pub use loader_storage::{self as storage, DynStorage, Storage, StorageExt, from_url};

@@ -1,0 +1,133 @@
+//! A batch: one contiguous buffer plus its shape, labels, indices and keys.
+
+use std::sync::Arc;
+
+use loader_decoder::{Sample, SampleData};
+use loader_scheduler::{ItemError, RawBatch};
+
+use crate::{Dataset, Error, Result};
+
+/// The values of a batch, in one contiguous buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchData {
+    /// f32 tensors, `[N, C, H, W]`.
+    F32(Vec<f32>),
+    /// u8 images, `[N, H, W, C]`.
+    U8(Vec<u8>),
+}
+
+/// One batch of samples, ready to hand to a model without another copy.
+#[derive(Debug)]
+pub struct Batch {
+    /// The values.
+    pub data: BatchData,
+    /// `[N, C, H, W]` for f32 tensors, `[N, H, W, C]` for u8 images.
+    pub shape: [usize; 4],
+    /// Label of each sample.
+    pub labels: Vec<i64>,
+    /// Dataset index of each sample.
+    pub indices: Vec<u64>,
+    /// Storage key of each sample.
+    pub keys: Vec<Arc<str>>,
+    /// The epoch it belongs to.
+    pub epoch: u64,
+    /// Samples that failed and were skipped (under `ErrorPolicy::Skip`), with their errors.
+    pub skipped: Vec<ItemError>,
+}
+
+impl Batch {
+    /// Samples in the batch.
+    pub fn len(&self) -> usize {
+        self.shape[0]
+    }
+
+    /// Whether it holds no sample (possible only when every item was skipped).
+    pub fn is_empty(&self) -> bool {
+        self.shape[0] == 0
+    }
+
+    /// The f32 values, if this is a tensor batch.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            BatchData::F32(v) => Some(v),
+            BatchData::U8(_) => None,
+        }
+    }
+
+    /// The u8 values, if this is an image batch.
+    pub fn as_u8(&self) -> Option<&[u8]> {
+        match &self.data {
+            BatchData::U8(v) => Some(v),
+            BatchData::F32(_) => None,
+        }
+    }
+
+    /// A zero-copy `ndarray` view of an f32 batch, `[N, C, H, W]`.
+    #[cfg(feature = "ndarray")]
+    pub fn ndarray_f32(&self) -> Option<ndarray::ArrayView4<'_, f32>> {
+        let [n, c, h, w] = self.shape;
+        ndarray::ArrayView4::from_shape((n, c, h, w), self.as_f32()?).ok()
+    }
+
+    /// A zero-copy `ndarray` view of a u8 batch, `[N, H, W, C]`.
+    #[cfg(feature = "ndarray")]
+    pub fn ndarray_u8(&self) -> Option<ndarray::ArrayView4<'_, u8>> {
+        let [n, h, w, c] = self.shape;
+        ndarray::ArrayView4::from_shape((n, h, w, c), self.as_u8()?).ok()
+    }
+}
+
+/// The default collate: stack equally shaped samples into one buffer. Samples of
+/// different shapes cannot share a buffer; the error names the first odd one's key.
+pub fn collate(raw: RawBatch<Sample>, dataset: &Dataset) -> Result<Batch> {
+    let n = raw.samples.len();
+    let shape = raw.samples.first().map(|(_, s)| s.shape);
+    let mut labels = Vec::with_capacity(n);
+    let mut indices = Vec::with_capacity(n);
+    let mut keys = Vec::with_capacity(n);
+    let mut f32s: Vec<f32> = Vec::new();
+    let mut u8s: Vec<u8> = Vec::new();
+    for (info, sample) in raw.samples {
+        if Some(sample.shape) != shape {
+            return Err(Error::Collate(format!(
+                "sample {} (key {:?}) has shape {:?} but the batch's first has {:?}; give a transform that ends in a fixed-size crop",
+                info.index,
+                info.key,
+                sample.shape,
+                shape.unwrap_or_default()
+            )));
+        }
+        match sample.data {
+            SampleData::F32(v) if u8s.is_empty() => f32s.extend_from_slice(&v),
+            SampleData::U8(v) if f32s.is_empty() => u8s.extend_from_slice(&v),
+            _ => {
+                return Err(Error::Collate(format!(
+                    "sample {} (key {:?}) mixes u8 and f32 output",
+                    info.index, info.key
+                )));
+            }
+        }
+        let label = usize::try_from(info.index)
+            .ok()
+            .and_then(|i| dataset.get(i))
+            .map_or(-1, |item| item.label);
+        labels.push(label);
+        indices.push(info.index);
+        keys.push(info.key);
+    }
+    let [a, b, c] = shape.unwrap_or_default();
+    let data = if u8s.is_empty() {
+        BatchData::F32(f32s)
+    } else {
+        BatchData::U8(u8s)
+    };
+    Ok(Batch {
+        data,
+        shape: [n, a, b, c],
+        labels,
+        indices,
+        keys,
+        epoch: raw.epoch,
+        skipped: raw.skipped,
+    })
+}

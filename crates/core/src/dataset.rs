@@ -1,0 +1,404 @@
+//! A dataset is an index of `(key, label)`: from an ImageFolder listing, a manifest, or a Vec.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use loader_storage::Storage;
+
+use crate::{Error, Result};
+
+/// File extensions torchvision's ImageFolder accepts, compared case-insensitively.
+pub const IMAGE_EXTENSIONS: &[&str] = &[
+    "jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp",
+];
+
+/// One sample of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// The storage key.
+    pub key: Arc<str>,
+    /// The class index (or any integer label).
+    pub label: i64,
+}
+
+/// The samples of a dataset, by index, and the class names when labels are classes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Dataset {
+    items: Arc<[Item]>,
+    classes: Arc<[String]>,
+}
+
+/// How a manifest is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestFormat {
+    /// `key,label` per line; an optional `key,label` header; the label after the last comma.
+    Csv,
+    /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"`.
+    JsonLines,
+}
+
+impl ManifestFormat {
+    /// Guess from a file name: `.jsonl`/`.ndjson`/`.json` are JSON lines, anything else CSV.
+    pub fn from_name(name: &str) -> Self {
+        let lower = name.to_ascii_lowercase();
+        if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") || lower.ends_with(".json") {
+            ManifestFormat::JsonLines
+        } else {
+            ManifestFormat::Csv
+        }
+    }
+}
+
+impl Dataset {
+    /// From explicit items; `classes` may be empty when labels are plain integers.
+    pub fn from_items(items: Vec<Item>, classes: Vec<String>) -> Self {
+        Self {
+            items: items.into(),
+            classes: classes.into(),
+        }
+    }
+
+    /// From `(key, label)` pairs.
+    pub fn from_pairs<K: Into<Arc<str>>>(pairs: impl IntoIterator<Item = (K, i64)>) -> Self {
+        Self::from_items(
+            pairs
+                .into_iter()
+                .map(|(key, label)| Item {
+                    key: key.into(),
+                    label,
+                })
+                .collect(),
+            Vec::new(),
+        )
+    }
+
+    /// Samples in the dataset.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Sample `index`.
+    pub fn get(&self, index: usize) -> Option<&Item> {
+        self.items.get(index)
+    }
+
+    /// All samples.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Class names, indexed by label (empty for integer-labelled manifests).
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// torchvision's ImageFolder over a store that can list: classes are the sorted names
+    /// of the top-level folders, files directly under the root are ignored, only image
+    /// extensions count (case-insensitively), a class without images is an error, and
+    /// samples are sorted by key within a class.
+    pub async fn image_folder(store: &dyn Storage) -> Result<Self> {
+        let listed: Vec<_> = store.list("").try_collect().await?;
+        let mut folders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for meta in listed {
+            let Some((class, _)) = meta.key.split_once('/') else {
+                continue;
+            };
+            let entry = folders.entry(class.to_owned()).or_default();
+            if is_image(&meta.key) {
+                entry.push(meta.key);
+            }
+        }
+        if folders.is_empty() {
+            return Err(Error::Dataset(format!(
+                "no class folders under {}; ImageFolder expects class/image files",
+                store.name()
+            )));
+        }
+        let empty: Vec<&str> = folders
+            .iter()
+            .filter(|(_, keys)| keys.is_empty())
+            .map(|(c, _)| c.as_str())
+            .collect();
+        if !empty.is_empty() {
+            return Err(Error::Dataset(format!(
+                "found no image files (extensions {}) in class folder(s) {} of {}",
+                IMAGE_EXTENSIONS.join(", "),
+                empty.join(", "),
+                store.name()
+            )));
+        }
+        let mut items = Vec::new();
+        let mut classes = Vec::new();
+        for (label, (class, mut keys)) in folders.into_iter().enumerate() {
+            keys.sort();
+            items.extend(keys.into_iter().map(|key| Item {
+                key: key.into(),
+                label: label as i64,
+            }));
+            classes.push(class);
+        }
+        Ok(Self::from_items(items, classes))
+    }
+
+    /// [`Dataset::image_folder`] for synchronous callers: runs on a short-lived runtime of
+    /// its own thread, so it works with or without a surrounding tokio runtime.
+    pub fn image_folder_blocking(store: &dyn Storage) -> Result<Self> {
+        block_on_own_thread(|| Self::image_folder(store))
+    }
+
+    /// Read a manifest from the store and parse it (format from the key's extension).
+    pub async fn manifest(store: &dyn Storage, key: &str) -> Result<Self> {
+        let bytes = store.get(key).await?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            Error::Dataset(format!(
+                "manifest {key:?} on {} is not UTF-8: {e}",
+                store.name()
+            ))
+        })?;
+        Self::parse_manifest(text, ManifestFormat::from_name(key))
+    }
+
+    /// [`Dataset::manifest`] for synchronous callers.
+    pub fn manifest_blocking(store: &dyn Storage, key: &str) -> Result<Self> {
+        block_on_own_thread(|| Self::manifest(store, key))
+    }
+
+    /// Parse a manifest. Labels are integers, or class names mapped to indices through
+    /// the sorted set of names. Errors name the line.
+    pub fn parse_manifest(text: &str, format: ManifestFormat) -> Result<Self> {
+        let lines = parse_lines(text, format)?;
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (line, key, _) in &lines {
+            if let Some(first) = seen.insert(key.as_str(), *line) {
+                return Err(Error::Dataset(format!(
+                    "line {line}: key {key:?} was already listed on line {first}"
+                )));
+            }
+        }
+        let named = lines.iter().any(|(_, _, l)| matches!(l, Label::Name(_)));
+        let numbered = lines.iter().find(|(_, _, l)| matches!(l, Label::Int(_)));
+        // In CSV every label is text, so "7" among names is just a name; JSON says which.
+        if named
+            && format == ManifestFormat::JsonLines
+            && let Some((line, _, _)) = numbered
+        {
+            return Err(Error::Dataset(format!(
+                "line {line}: a numeric label among class-name labels; use one kind"
+            )));
+        }
+        let classes: Vec<String> = if named {
+            lines
+                .iter()
+                .map(|(_, _, l)| l.text())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let index: HashMap<&str, i64> = classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as i64))
+            .collect();
+        let items = lines
+            .iter()
+            .map(|(_, key, label)| Item {
+                key: key.as_str().into(),
+                label: match label {
+                    Label::Int(v) if !named => *v,
+                    other => index
+                        .get(other.text().as_str())
+                        .copied()
+                        .unwrap_or_default(),
+                },
+            })
+            .collect();
+        Ok(Self::from_items(items, classes))
+    }
+}
+
+enum Label {
+    Int(i64),
+    Name(String),
+}
+
+impl Label {
+    fn text(&self) -> String {
+        match self {
+            Label::Int(v) => v.to_string(),
+            Label::Name(n) => n.clone(),
+        }
+    }
+}
+
+/// (line number, key, label) of every data line.
+fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, String, Label)>> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let bad = |why: String| Error::Dataset(format!("line {line}: {why}: {trimmed:?}"));
+        let (key, label) = match format {
+            ManifestFormat::Csv => {
+                if out.is_empty() && trimmed.eq_ignore_ascii_case("key,label") {
+                    continue; // header
+                }
+                let (key, label) = trimmed
+                    .rsplit_once(',')
+                    .ok_or_else(|| bad("expected key,label".into()))?;
+                let (key, label) = (key.trim(), label.trim());
+                let label = match label.parse::<i64>() {
+                    Ok(v) => Label::Int(v),
+                    Err(_) if !label.is_empty() => Label::Name(label.to_owned()),
+                    Err(_) => return Err(bad("the label is empty".into())),
+                };
+                (key.to_owned(), label)
+            }
+            ManifestFormat::JsonLines => {
+                let value: serde_json::Value =
+                    serde_json::from_str(trimmed).map_err(|e| bad(format!("not JSON ({e})")))?;
+                let key = value
+                    .get("key")
+                    .and_then(|k| k.as_str())
+                    .ok_or_else(|| bad("no string \"key\"".into()))?
+                    .to_owned();
+                let label = match value.get("label") {
+                    Some(serde_json::Value::Number(n)) => Label::Int(
+                        n.as_i64()
+                            .ok_or_else(|| bad("the label is not an integer".into()))?,
+                    ),
+                    Some(serde_json::Value::String(s)) if !s.is_empty() => Label::Name(s.clone()),
+                    _ => return Err(bad("no integer or string \"label\"".into())),
+                };
+                (key, label)
+            }
+        };
+        if let Some(problem) = loader_storage::key_problem(&key) {
+            return Err(bad(problem.to_owned()));
+        }
+        out.push((line, key, label));
+    }
+    if out.is_empty() {
+        return Err(Error::Dataset("the manifest lists no samples".into()));
+    }
+    Ok(out)
+}
+
+fn is_image(key: &str) -> bool {
+    key.rsplit_once('.')
+        .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext)))
+}
+
+/// Run an async dataset read to completion on a fresh current-thread runtime in a scoped
+/// thread: safe to call from inside another runtime, where `block_on` would panic.
+fn block_on_own_thread<'a, F, Fut>(make: F) -> Result<Dataset>
+where
+    F: FnOnce() -> Fut + Send + 'a,
+    Fut: Future<Output = Result<Dataset>>,
+{
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("loader-dataset".into())
+            .spawn_scoped(scope, || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Error::Dataset(format!("cannot start a runtime: {e}")))?;
+                runtime.block_on(make())
+            })
+            .map_err(|e| Error::Dataset(format!("cannot start a thread: {e}")))?
+            .join()
+            .unwrap_or_else(|_| Err(Error::Dataset("reading the dataset panicked".into())))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_with_names_maps_through_sorted_classes() {
+        let d = Dataset::parse_manifest(
+            "key,label\nb/1.jpg,dog\na/2.jpg,cat\n\n# note\nc.jpg,dog\n",
+            ManifestFormat::Csv,
+        )
+        .unwrap();
+        assert_eq!(d.classes(), ["cat", "dog"]);
+        let labels: Vec<i64> = d.items().iter().map(|i| i.label).collect();
+        assert_eq!(labels, [1, 0, 1]);
+    }
+
+    #[test]
+    fn integer_labels_are_kept() {
+        let d = Dataset::parse_manifest(
+            "{\"key\":\"x.jpg\",\"label\":7}\n{\"key\":\"y.jpg\",\"label\":-1}",
+            ManifestFormat::JsonLines,
+        )
+        .unwrap();
+        assert!(d.classes().is_empty());
+        assert_eq!(d.items()[0].label, 7);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (text, format, needle) in [
+            (
+                "a.jpg,1\nb.jpg\n",
+                ManifestFormat::Csv,
+                "line 2: expected key,label",
+            ),
+            (
+                "a.jpg,1\na.jpg,2\n",
+                ManifestFormat::Csv,
+                "line 2: key \"a.jpg\" was already listed on line 1",
+            ),
+            (
+                "a.jpg,\n",
+                ManifestFormat::Csv,
+                "line 1: the label is empty",
+            ),
+            (
+                "../x.jpg,1\n",
+                ManifestFormat::Csv,
+                "line 1: the key has a '.' or '..' segment",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":1}\n{bad json\n",
+                ManifestFormat::JsonLines,
+                "line 2: not JSON",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":1}\n{\"key\":\"b\",\"label\":\"cat\"}\n",
+                ManifestFormat::JsonLines,
+                "line 1: a numeric label",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":1.5}\n",
+                ManifestFormat::JsonLines,
+                "line 1: the label is not an integer",
+            ),
+            ("\n# nothing\n", ManifestFormat::Csv, "lists no samples"),
+        ] {
+            let err = Dataset::parse_manifest(text, format)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn image_extensions_are_case_insensitive() {
+        assert!(is_image("a/b.JPEG") && is_image("a/b.png") && is_image("x/y.Jpg"));
+        assert!(!is_image("a/b.txt") && !is_image("a/jpg"));
+    }
+}

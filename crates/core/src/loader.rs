@@ -1,0 +1,485 @@
+//! The DataLoader: PyTorch's names, an epoch per pass, exact resume.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::Stream;
+use loader_decoder::{Pipeline, Sample, SampleKey};
+use loader_sampler::{BatchSampler, RandomSampler, Sampler, SamplerState, SequentialSampler};
+use loader_scheduler::{
+    BatchPlan, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
+    SampleInfo, Stage, StageError, WorkItem,
+};
+use loader_storage::DynStorage;
+
+use crate::batch::{Batch, collate};
+use crate::{Dataset, Error, Result};
+
+/// Where a loader stands: the epoch, and how many of its items were delivered (skipped
+/// items count as delivered: they were reported). Serialisable into any checkpoint.
+pub type LoaderState = SamplerState;
+
+/// Turns the CPU stage's outputs for one batch into the batch type a caller wants.
+pub type Collate<T, B> = Arc<dyn Fn(RawBatch<T>, &Dataset) -> Result<B> + Send + Sync>;
+
+/// Settings of a [`DataLoader`]; see [`DataLoader::builder`].
+pub struct DataLoaderBuilder<T = Sample, B = Batch> {
+    storage: DynStorage,
+    dataset: Dataset,
+    batch_size: usize,
+    shuffle: bool,
+    seed: u64,
+    drop_last: bool,
+    sampler: Option<Arc<dyn Sampler>>,
+    stage: Stage<T>,
+    collate: Collate<T, B>,
+    config: Config,
+}
+
+/// Loads batches of a [`Dataset`] from a store: a blocking `Iterator` and an async
+/// `Stream` of `Result<B>`. One pass is one epoch; passing again reads the next one.
+pub struct DataLoader<T = Sample, B = Batch> {
+    storage: DynStorage,
+    dataset: Dataset,
+    sampler: Arc<dyn Sampler>,
+    batch_size: usize,
+    drop_last: bool,
+    stage: Stage<T>,
+    collate: Collate<T, B>,
+    config: Config,
+    /// What has been delivered: the state to resume from.
+    state: LoaderState,
+    engine: Option<Engine<T>>,
+    /// The last batch of an epoch went out: the next call ends the pass.
+    end_of_pass: bool,
+    /// A failed batch ended the pass: the next pass starts the next epoch.
+    skip_to_next_epoch: bool,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl<T, B> std::fmt::Debug for DataLoader<T, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataLoader")
+            .field("storage", &self.storage.name())
+            .field("samples", &self.dataset.len())
+            .field("batch_size", &self.batch_size)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+fn pipeline_stage(pipeline: Pipeline) -> Stage<Sample> {
+    Arc::new(
+        move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
+            Ok(pipeline.run(
+                &bytes,
+                SampleKey {
+                    epoch: info.epoch,
+                    index: info.index,
+                },
+            )?)
+        },
+    )
+}
+
+impl DataLoader {
+    /// Start configuring a loader of `dataset` from `storage`. Defaults as PyTorch's:
+    /// batch size 1, no shuffle, seed 0, keep the last short batch; decode to u8 images
+    /// (give a [`transform`](DataLoaderBuilder::transform) for tensors); `Async` fetching
+    /// with 64 requests in flight, a decode thread per core, 2 batches of prefetch.
+    pub fn builder(storage: DynStorage, dataset: Dataset) -> DataLoaderBuilder {
+        let decode_only = Pipeline::builder()
+            .build()
+            .unwrap_or_else(|_| Pipeline::imagenet_eval());
+        DataLoaderBuilder {
+            storage,
+            dataset,
+            batch_size: 1,
+            shuffle: false,
+            seed: 0,
+            drop_last: false,
+            sampler: None,
+            stage: pipeline_stage(decode_only),
+            collate: Arc::new(collate),
+            config: Config::default(),
+        }
+    }
+}
+
+impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
+    /// Samples per batch.
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// A new random order every epoch (from `seed` and the epoch).
+    pub fn shuffle(mut self, shuffle: bool) -> Self {
+        self.shuffle = shuffle;
+        self
+    }
+
+    /// Seed of the shuffle.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Drop the last batch of an epoch if it is short.
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
+    }
+
+    /// Any index sampler, e.g. a `DistributedSampler` for this rank. Not together with
+    /// `shuffle`, as in PyTorch.
+    pub fn sampler(mut self, sampler: impl Sampler + 'static) -> Self {
+        self.sampler = Some(Arc::new(sampler));
+        self
+    }
+
+    /// How items are fetched.
+    pub fn fetch(mut self, fetch: Fetch) -> Self {
+        self.config.fetch = fetch;
+        self
+    }
+
+    /// Threads of the CPU (decode) pool.
+    pub fn decode_threads(mut self, threads: usize) -> Self {
+        self.config.decode_threads = threads;
+        self
+    }
+
+    /// Finished batches kept ready, at most.
+    pub fn prefetch(mut self, batches: usize) -> Self {
+        self.config.prefetch = batches;
+        self
+    }
+
+    /// `Fail` (default) or `Skip { max_failures }`.
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.config.error_policy = policy;
+        self
+    }
+
+    /// Sampler order (default) or `AsCompleted` (then `state()` is refused).
+    pub fn order(mut self, order: Order) -> Self {
+        self.config.order = order;
+        self
+    }
+
+    /// Run on this tokio runtime instead of one the loader owns.
+    pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.config.runtime = Some(handle);
+        self
+    }
+
+    /// Check the settings and make the loader. Nothing is fetched before the first batch
+    /// is asked for.
+    pub fn build(self) -> Result<DataLoader<T, B>> {
+        if self.batch_size == 0 {
+            return Err(Error::Config("batch_size must be at least 1".into()));
+        }
+        if self.dataset.is_empty() {
+            return Err(Error::Config("the dataset is empty".into()));
+        }
+        self.config.validate().map_err(Error::Config)?;
+        let sampler: Arc<dyn Sampler> = match (self.sampler, self.shuffle) {
+            (Some(_), true) => {
+                return Err(Error::Config(
+                    "give either `sampler` or `shuffle`, not both (as in PyTorch)".into(),
+                ));
+            }
+            (Some(s), false) => s,
+            (None, true) => Arc::new(RandomSampler::new(self.dataset.len(), self.seed)?),
+            (None, false) => Arc::new(SequentialSampler::new(self.dataset.len())),
+        };
+        let batches =
+            BatchSampler::new(Arc::clone(&sampler), self.batch_size, self.drop_last).len();
+        if batches == 0 {
+            return Err(Error::Config(format!(
+                "an epoch has no batch: {} samples, batch size {}{}",
+                sampler.len(),
+                self.batch_size,
+                if self.drop_last { ", drop_last" } else { "" }
+            )));
+        }
+        Ok(DataLoader {
+            storage: self.storage,
+            dataset: self.dataset,
+            sampler,
+            batch_size: self.batch_size,
+            drop_last: self.drop_last,
+            stage: self.stage,
+            collate: self.collate,
+            config: self.config,
+            state: LoaderState::default(),
+            engine: None,
+            end_of_pass: false,
+            skip_to_next_epoch: false,
+            metrics: None,
+        })
+    }
+}
+
+impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
+    /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
+    pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
+        DataLoaderBuilder {
+            storage: self.storage,
+            dataset: self.dataset,
+            batch_size: self.batch_size,
+            shuffle: self.shuffle,
+            seed: self.seed,
+            drop_last: self.drop_last,
+            sampler: self.sampler,
+            stage: pipeline_stage(pipeline),
+            collate: Arc::new(collate),
+            config: self.config,
+        }
+    }
+}
+
+impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
+    /// Any CPU stage (bytes of a sample to `U`, for data that is not images) with the
+    /// collate that makes batches of them.
+    pub fn map<U, C>(
+        self,
+        stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
+        collate: impl Fn(RawBatch<U>, &Dataset) -> Result<C> + Send + Sync + 'static,
+    ) -> DataLoaderBuilder<U, C> {
+        DataLoaderBuilder {
+            storage: self.storage,
+            dataset: self.dataset,
+            batch_size: self.batch_size,
+            shuffle: self.shuffle,
+            seed: self.seed,
+            drop_last: self.drop_last,
+            sampler: self.sampler,
+            stage: Arc::new(stage),
+            collate: Arc::new(collate),
+            config: self.config,
+        }
+    }
+}
+
+impl<T: Send + 'static, B> DataLoader<T, B> {
+    /// Batches per epoch.
+    pub fn len(&self) -> usize {
+        BatchSampler::new(Arc::clone(&self.sampler), self.batch_size, self.drop_last).len()
+    }
+
+    /// Whether an epoch has no batch (never, for a built loader).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &Dataset {
+        &self.dataset
+    }
+
+    /// The epoch the next pass reads, as PyTorch's `sampler.set_epoch`. Setting the epoch
+    /// the loader is about to read anyway keeps what it prefetched.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        let next = self.next_state();
+        if next != (LoaderState { epoch, position: 0 }) {
+            self.restart(LoaderState { epoch, position: 0 });
+        }
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.next_state().epoch
+    }
+
+    /// The state to checkpoint: resuming from it delivers exactly what this loader has not
+    /// delivered yet, and then the same epochs as without the interruption. A batch that
+    /// failed under `Fail` was not delivered, so it is fetched again. Refused under
+    /// `AsCompleted` order, whose batches follow no sampler position.
+    pub fn state(&self) -> Result<LoaderState> {
+        if self.config.order == Order::AsCompleted {
+            return Err(Error::State(
+                "with as_completed order batches do not follow the sampler, so there is no position to resume from".into(),
+            ));
+        }
+        Ok(self.state)
+    }
+
+    /// Continue from a saved state.
+    pub fn resume(&mut self, state: LoaderState) -> Result<()> {
+        if state.position > self.sampler.len() as u64 {
+            return Err(Error::State(format!(
+                "position {} is beyond the epoch's {} samples",
+                state.position,
+                self.sampler.len()
+            )));
+        }
+        self.restart(state);
+        Ok(())
+    }
+
+    /// The running engine's metrics (fetch, decode, queue and consumer timings).
+    pub fn metrics(&self) -> Option<Arc<Metrics>> {
+        self.metrics.clone()
+    }
+
+    /// Where the next pass starts, taking a pending skip to the next epoch into account.
+    fn next_state(&self) -> LoaderState {
+        if self.skip_to_next_epoch {
+            LoaderState {
+                epoch: self.state.epoch + 1,
+                position: 0,
+            }
+        } else {
+            self.state
+        }
+    }
+
+    fn restart(&mut self, state: LoaderState) {
+        self.engine = None;
+        self.state = state;
+        self.end_of_pass = false;
+        self.skip_to_next_epoch = false;
+    }
+
+    /// Batches from `state` on, epoch after epoch, for the engine to run ahead on.
+    fn plans(&self) -> impl Iterator<Item = BatchPlan> + Send + 'static {
+        let (sampler, dataset) = (Arc::clone(&self.sampler), self.dataset.clone());
+        let (batch_size, drop_last, start) = (self.batch_size, self.drop_last, self.state);
+        (start.epoch..).flat_map(move |epoch| {
+            let batches = BatchSampler::new(Arc::clone(&sampler), batch_size, drop_last);
+            let epoch_items = if drop_last {
+                (batches.len() * batch_size) as u64
+            } else {
+                sampler.len() as u64
+            };
+            let from = if epoch == start.epoch {
+                start.position
+            } else {
+                0
+            };
+            let dataset = dataset.clone();
+            let mut position = from;
+            batches
+                .resume(LoaderState {
+                    epoch,
+                    position: from,
+                })
+                .map(move |indices| {
+                    let items: Vec<WorkItem> = indices
+                        .iter()
+                        .map(|&i| WorkItem {
+                            index: i as u64,
+                            // An index past the dataset reads as an invalid key, reported per item.
+                            key: dataset
+                                .get(i)
+                                .map_or_else(|| Arc::from(""), |item| Arc::clone(&item.key)),
+                        })
+                        .collect();
+                    let plan = BatchPlan {
+                        epoch,
+                        position,
+                        last_in_epoch: position + items.len() as u64 >= epoch_items,
+                        items,
+                    };
+                    position += plan.items.len() as u64;
+                    plan
+                })
+        })
+    }
+
+    fn ensure_engine(&mut self) -> Result<()> {
+        if self.skip_to_next_epoch {
+            let next = self.next_state();
+            self.restart(next);
+        }
+        if self.engine.is_none() {
+            let engine = Engine::start(
+                Arc::clone(&self.storage),
+                Arc::clone(&self.stage),
+                self.plans(),
+                &self.config,
+            )?;
+            self.metrics = Some(engine.metrics());
+            self.engine = Some(engine);
+        }
+        Ok(())
+    }
+
+    fn handle(
+        &mut self,
+        raw: Option<std::result::Result<RawBatch<T>, EngineError>>,
+    ) -> Option<Result<B>> {
+        match raw {
+            Some(Ok(raw)) => {
+                self.state.position = match self.config.order {
+                    Order::Sampler => raw.position + raw.planned as u64,
+                    Order::AsCompleted => self.state.position + raw.planned as u64,
+                };
+                if raw.last_in_epoch {
+                    self.state = LoaderState {
+                        epoch: raw.epoch + 1,
+                        position: 0,
+                    };
+                    self.end_of_pass = true;
+                }
+                Some((self.collate)(raw, &self.dataset))
+            }
+            Some(Err(e)) => {
+                // The engine stops after a failed batch; this pass ends here and the next
+                // one starts the next epoch, while `state()` still points at the failure.
+                self.engine = None;
+                self.end_of_pass = true;
+                self.skip_to_next_epoch = true;
+                Some(Err(e.into()))
+            }
+            None => {
+                self.engine = None;
+                None
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static, B> Iterator for DataLoader<T, B> {
+    type Item = Result<B>;
+
+    fn next(&mut self) -> Option<Result<B>> {
+        if std::mem::take(&mut self.end_of_pass) {
+            return None;
+        }
+        if let Err(e) = self.ensure_engine() {
+            return Some(Err(e));
+        }
+        let raw = self.engine.as_mut()?.next_blocking();
+        self.handle(raw)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.len()))
+    }
+}
+
+impl<T: Send + 'static, B> Stream for DataLoader<T, B> {
+    type Item = Result<B>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<B>>> {
+        let this = self.get_mut();
+        if std::mem::take(&mut this.end_of_pass) {
+            return Poll::Ready(None);
+        }
+        if let Err(e) = this.ensure_engine() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        let Some(engine) = this.engine.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(engine).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(raw) => Poll::Ready(this.handle(raw)),
+        }
+    }
+}

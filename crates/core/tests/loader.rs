@@ -1,0 +1,325 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! End to end through the in-process S3 server: order, labels, strategies, errors, resume.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use loader_core::sampler::{BatchSampler, RandomSampler};
+use loader_core::storage::layer::FaultConfig;
+use loader_core::{
+    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, LoaderState, Order, Pipeline,
+    Sampler, StorageExt, from_url,
+};
+use loader_testkit::{DatasetSpec, S3Server};
+use proptest::prelude::*;
+
+const IMAGES: usize = 40;
+const HANG_LIMIT: Duration = Duration::from_secs(30);
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: S3Server,
+    store: DynStorage,
+    dataset: Dataset,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    DatasetSpec::tiny(IMAGES, 4)
+        .with_seed(5)
+        .write(&dir.path().join("data"))
+        .unwrap();
+    let server = S3Server::start(dir.path()).unwrap();
+    let store = from_url("s3://data", server.options()).unwrap();
+    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+    Fixture {
+        _dir: dir,
+        server,
+        store,
+        dataset,
+    }
+}
+
+fn small() -> Pipeline {
+    Pipeline::builder()
+        .resize(32)
+        .center_crop(32)
+        .to_tensor_normalized(
+            &loader_core::decoder::IMAGENET_MEAN,
+            &loader_core::decoder::IMAGENET_STD,
+        )
+        .build()
+        .unwrap()
+}
+
+fn strategies() -> [Fetch; 3] {
+    [
+        Fetch::Sequential { workers: 2 },
+        Fetch::Threads { threads: 4 },
+        Fetch::Async { max_in_flight: 16 },
+    ]
+}
+
+/// (epoch, index, label, first value) of every delivered sample, for `epochs` passes.
+fn run(loader: &mut DataLoader, epochs: usize) -> Vec<(u64, u64, i64, u32)> {
+    let mut out = Vec::new();
+    for _ in 0..epochs {
+        for batch in &mut *loader {
+            let batch = batch.unwrap();
+            let per = batch.shape[1..].iter().product::<usize>();
+            let values = batch.as_f32().unwrap();
+            assert_eq!(values.len(), batch.len() * per);
+            for (i, (&index, &label)) in batch.indices.iter().zip(&batch.labels).enumerate() {
+                out.push((batch.epoch, index, label, values[i * per].to_bits()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_strategy_delivers_each_sampled_index_once_in_order_with_its_label() {
+    let f = fixture();
+    assert_eq!(f.dataset.len(), IMAGES);
+    assert_eq!(f.dataset.classes().len(), 4);
+    let mut runs = Vec::new();
+    for fetch in strategies() {
+        let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+            .batch_size(6)
+            .shuffle(true)
+            .seed(11)
+            .fetch(fetch)
+            .decode_threads(2)
+            .transform(small())
+            .build()
+            .unwrap();
+        assert_eq!(loader.len(), 7);
+        let delivered = run(&mut loader, 2);
+        for epoch in 0..2u64 {
+            let order: Vec<u64> = RandomSampler::new(IMAGES, 11)
+                .unwrap()
+                .epoch(epoch)
+                .map(|i| i as u64)
+                .collect();
+            let got: Vec<u64> = delivered
+                .iter()
+                .filter(|d| d.0 == epoch)
+                .map(|d| d.1)
+                .collect();
+            assert_eq!(
+                got, order,
+                "{fetch:?}, epoch {epoch}: not the sampler's order"
+            );
+        }
+        for &(_, index, label, _) in &delivered {
+            let item = f.dataset.get(index as usize).unwrap();
+            assert_eq!(label, item.label);
+            assert!(
+                item.key.starts_with(&format!("class_{label:03}/")),
+                "{}",
+                item.key
+            );
+        }
+        runs.push(delivered);
+    }
+    assert!(
+        runs.windows(2).all(|w| w[0] == w[1]),
+        "strategies delivered different samples"
+    );
+}
+
+#[test]
+fn skip_delivers_or_reports_every_index_exactly_once() {
+    let f = fixture();
+    let faulty =
+        Arc::new(Arc::clone(&f.store).with_faults(FaultConfig::transient(0.15, 21))) as DynStorage;
+    let mut loader = DataLoader::builder(faulty, f.dataset.clone())
+        .batch_size(8)
+        .error_policy(ErrorPolicy::Skip {
+            max_failures: IMAGES,
+        })
+        .transform(small())
+        .build()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut skipped = 0;
+    for batch in &mut loader {
+        let batch = batch.unwrap();
+        seen.extend(batch.indices.iter().copied());
+        for e in &batch.skipped {
+            assert!(e.to_string().contains(&*e.info.key), "{e}");
+            seen.push(e.info.index);
+            skipped += 1;
+        }
+    }
+    assert!(skipped > 0, "no fault was injected");
+    seen.sort_unstable();
+    assert_eq!(seen, (0..IMAGES as u64).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_failed_batch_ends_the_pass_names_the_key_and_is_fetched_again_on_resume() {
+    let f = fixture();
+    let missing = Dataset::from_pairs([
+        ("class_000/img_000000.jpg", 0),
+        ("class_000/nope.jpg", 0),
+        ("class_001/img_000001.jpg", 1),
+    ]);
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), missing.clone())
+        .batch_size(1)
+        .transform(small())
+        .build()
+        .unwrap();
+    let first: Vec<_> = (&mut loader).collect();
+    assert_eq!(first.len(), 2, "the pass ends at the failed batch");
+    let err = first[1].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("class_000/nope.jpg") && err.contains("not found"),
+        "{err}"
+    );
+    let at_failure = loader.state().unwrap();
+    assert_eq!(
+        at_failure,
+        LoaderState {
+            epoch: 0,
+            position: 1
+        }
+    );
+    // The next pass is the next epoch: the loader stays usable.
+    assert_eq!(loader.epoch(), 1);
+    // Resuming at the failure fetches that batch again.
+    loader.resume(at_failure).unwrap();
+    let again = loader.next().unwrap();
+    assert!(again.unwrap_err().to_string().contains("nope.jpg"));
+    drop(f.server);
+}
+
+#[test]
+fn dropping_mid_epoch_returns() {
+    let f = fixture();
+    for fetch in strategies() {
+        let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+            .batch_size(4)
+            .fetch(fetch)
+            .transform(small())
+            .build()
+            .unwrap();
+        loader.next().unwrap().unwrap();
+        let start = Instant::now();
+        drop(loader);
+        assert!(start.elapsed() < HANG_LIMIT);
+    }
+}
+
+#[test]
+fn nonsense_settings_are_errors() {
+    let f = fixture();
+    let build = |b: loader_core::DataLoaderBuilder| b.build().map(|_| ()).unwrap_err().to_string();
+    let base = || DataLoader::builder(Arc::clone(&f.store), f.dataset.clone());
+    assert!(build(base().batch_size(0)).contains("batch_size"));
+    assert!(build(base().prefetch(0)).contains("prefetch"));
+    assert!(
+        build(
+            base()
+                .shuffle(true)
+                .sampler(RandomSampler::new(IMAGES, 1).unwrap())
+        )
+        .contains("not both")
+    );
+    assert!(build(base().batch_size(100).drop_last(true)).contains("no batch"));
+    assert!(
+        build(DataLoader::builder(
+            Arc::clone(&f.store),
+            Dataset::default()
+        ))
+        .contains("empty")
+    );
+}
+
+#[test]
+fn as_completed_refuses_state() {
+    let f = fixture();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .order(Order::AsCompleted)
+        .batch_size(8)
+        .transform(small())
+        .build()
+        .unwrap();
+    let all: HashSet<u64> = (&mut loader).flat_map(|b| b.unwrap().indices).collect();
+    assert_eq!(all.len(), IMAGES);
+    assert!(matches!(loader.state(), Err(Error::State(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loader_is_a_stream_too() {
+    use futures::StreamExt;
+    let f = tokio::task::spawn_blocking(fixture).await.unwrap();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .batch_size(10)
+        .runtime(tokio::runtime::Handle::current())
+        .transform(small())
+        .build()
+        .unwrap();
+    let mut count = 0;
+    while let Some(batch) = StreamExt::next(&mut loader).await {
+        count += batch.unwrap().len();
+    }
+    assert_eq!(count, IMAGES);
+    drop(loader);
+    tokio::task::spawn_blocking(move || drop(f)).await.unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn resume_equals_the_uninterrupted_run(cut in 0usize..9, shuffle: bool, strategy in 0usize..3, rank in 0usize..2) {
+        let dir = tempfile::tempdir().unwrap();
+        DatasetSpec::tiny(30, 3).write(dir.path()).unwrap();
+        let store = from_url(&dir.path().to_string_lossy(), Vec::<(String, String)>::new()).unwrap();
+        let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+        let make = || {
+            let builder = DataLoader::builder(Arc::clone(&store), dataset.clone())
+                .batch_size(4)
+                .fetch(strategies()[strategy])
+                .decode_threads(2)
+                .transform(small());
+            let sampler = loader_core::DistributedSampler::new(30, rank, 2).shuffle(shuffle).seed(3).build().unwrap();
+            builder.sampler(sampler).build().unwrap()
+        };
+        let mut whole = make();
+        let expected = run(&mut whole, 2);
+
+        let mut first = make();
+        let mut got = Vec::new();
+        for batch in (&mut first).take(cut) {
+            let batch = batch.unwrap();
+            let per = batch.shape[1..].iter().product::<usize>();
+            for (i, (&index, &label)) in batch.indices.iter().zip(&batch.labels).enumerate() {
+                got.push((batch.epoch, index, label, batch.as_f32().unwrap()[i * per].to_bits()));
+            }
+        }
+        let saved = serde_json::to_string(&first.state().unwrap()).unwrap();
+        drop(first);
+        let mut second = make();
+        second.resume(serde_json::from_str(&saved).unwrap()).unwrap();
+        // Finish the interrupted epoch (if it was not finished), then one more.
+        let epochs_left = if got.len() == 15 { 1 } else { 2 };
+        got.extend(run(&mut second, epochs_left));
+        prop_assert_eq!(got, expected);
+    }
+}
+
+#[test]
+fn batch_sampler_and_loader_agree_on_length() {
+    let f = fixture();
+    let loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .batch_size(7)
+        .drop_last(true)
+        .build()
+        .unwrap();
+    let sampler = RandomSampler::new(IMAGES, 0).unwrap();
+    assert_eq!(loader.len(), BatchSampler::new(sampler, 7, true).len());
+}
