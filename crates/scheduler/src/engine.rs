@@ -105,6 +105,7 @@ impl<T: Send + 'static> Engine<T> {
             order: config.order,
             policy: config.error_policy,
             cpu_threads: pool_size,
+            prefetch: config.prefetch,
             fetch_limit: Arc::new(Semaphore::new(max_in_flight)),
             out: out_tx,
             results: results_rx,
@@ -214,6 +215,7 @@ struct Driver<T> {
     order: Order,
     policy: ErrorPolicy,
     cpu_threads: usize,
+    prefetch: usize,
     fetch_limit: Arc<Semaphore>,
     out: mpsc::Sender<Output<T>>,
     results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
@@ -278,28 +280,36 @@ impl<T> Assembly<T> {
         self.pending.pop_front().map(|p| (p, items))
     }
 
-    /// Free the window slots of `n` handed-over items.
-    fn release(&mut self, n: usize) {
-        let mut released = 0;
-        while released < n {
+    /// The window slots of the `n` items of the batch being handed over: they travel with
+    /// it and are freed when the consumer drops it.
+    fn take_permits(&mut self, n: usize) -> Vec<OwnedSemaphorePermit> {
+        let mut taken = Vec::new();
+        let mut count = 0;
+        while count < n {
             let Some(permit) = self.permits.pop_front() else {
-                return;
+                break;
             };
-            released += permit.num_permits();
+            count += permit.num_permits();
+            taken.push(permit);
         }
+        taken
     }
 }
 
 impl<T: Send + 'static> Driver<T> {
-    /// Items admitted but not yet handed over in a queued batch, at most: the batch being
-    /// assembled plus what the strategy keeps busy. This bounds live sample buffers to
-    /// `prefetch` batches + this window + the consumer's batch.
+    /// Items admitted and not yet taken by the consumer, at most: `prefetch` batches, the
+    /// batch being assembled, and what the strategy keeps busy. A batch's slots are freed
+    /// when the consumer drops it, so this bounds live samples (plus the batch the consumer
+    /// made of them). While the ready queue is not full, its share lets fetching run
+    /// further ahead, which keeps the CPU busy behind a slow request.
     fn window(&self, batch_size: usize) -> usize {
-        match self.fetch {
-            Fetch::Async { max_in_flight } => batch_size + max_in_flight + self.cpu_threads,
-            Fetch::Threads { threads } => batch_size + threads,
-            Fetch::Sequential { workers } => (workers + 1) * batch_size,
-        }
+        let queue = self.prefetch * batch_size;
+        queue
+            + match self.fetch {
+                Fetch::Async { max_in_flight } => batch_size + max_in_flight + self.cpu_threads,
+                Fetch::Threads { threads } => batch_size + threads,
+                Fetch::Sequential { workers } => (workers + 1) * batch_size,
+            }
     }
 
     async fn run(mut self, plans: impl Iterator<Item = BatchPlan> + Send + 'static) {
@@ -349,7 +359,11 @@ impl<T: Send + 'static> Driver<T> {
                     asm.put(self.order, seq, result);
                     while let Some((pending, items)) = asm.take_front(self.order) {
                         let n = pending.len;
-                        let batch = self.assemble(pending, items, &mut asm.failures);
+                        let permits = asm.take_permits(n);
+                        let batch = self.assemble(pending, items, &mut asm.failures).map(|mut batch| {
+                            batch.permits = permits;
+                            batch
+                        });
                         let stop = batch.is_err();
                         // Backpressure: this waits while `prefetch` batches are queued;
                         // item tasks and pool jobs go on meanwhile.
@@ -357,7 +371,6 @@ impl<T: Send + 'static> Driver<T> {
                             return;
                         }
                         self.shared.metrics.batch_queued();
-                        asm.release(n);
                     }
                 }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
@@ -469,6 +482,7 @@ impl<T: Send + 'static> Driver<T> {
             skipped,
             last_in_epoch: plan.last_in_epoch,
             queued_at: Instant::now(),
+            permits: Vec::new(),
         })
     }
 }

@@ -106,6 +106,8 @@ pub struct RawBatch<T> {
     pub last_in_epoch: bool,
     /// When it entered the ready queue, to measure how long batches wait there.
     pub(crate) queued_at: std::time::Instant,
+    /// The engine's window slots of these items, freed when the batch is dropped.
+    pub(crate) permits: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Why the engine could not deliver a batch.

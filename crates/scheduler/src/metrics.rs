@@ -283,11 +283,18 @@ impl Summary {
                 ms(self.fetch.p50)
             );
         }
+        if self.fetch.p50 > Duration::from_millis(5) {
+            return format!(
+                "bottleneck: storage latency — p50 {:.1} ms, p99 {:.1} ms per fetch, {:.0} in flight on average, CPU {:.0}% busy",
+                ms(self.fetch.p50),
+                ms(self.fetch.p99),
+                self.mean_in_flight,
+                busy * 100.0
+            );
+        }
         format!(
-            "bottleneck: storage latency — p50 {:.1} ms, p99 {:.1} ms per fetch, {:.0} in flight on average, CPU {:.0}% busy",
+            "bottleneck: the engine's coordination — fast fetches (p50 {:.2} ms) and idle CPU threads ({:.0}% busy): per-item overhead dominates",
             ms(self.fetch.p50),
-            ms(self.fetch.p99),
-            self.mean_in_flight,
             busy * 100.0
         )
     }
@@ -333,5 +340,90 @@ impl fmt::Display for Summary {
             self.cpu_busy() * 100.0
         )?;
         write!(f, "{}", self.bottleneck())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> Summary {
+        let stage = |ms: u64, n: u64| StageSummary {
+            count: n,
+            total: Duration::from_millis(ms * n),
+            p50: Duration::from_millis(ms),
+            p90: Duration::from_millis(ms),
+            p99: Duration::from_millis(ms),
+            max: Duration::from_millis(ms),
+        };
+        Summary {
+            elapsed: Duration::from_secs(10),
+            items: 1000,
+            failures: 0,
+            bytes: 100_000_000,
+            fetch: stage(50, 1000),
+            decode: stage(4, 1000),
+            queue_wait: stage(0, 16),
+            consumer_wait: stage(30, 16),
+            mean_in_flight: 10.0,
+            peak_in_flight: 20,
+            max_in_flight: 128,
+            cpu_threads: 2,
+        }
+    }
+
+    #[test]
+    fn names_the_stage_the_numbers_point_at() {
+        // 1000 items x 4 ms over 10 s on 2 threads: 20% busy, fetches at 50 ms.
+        assert!(
+            summary().bottleneck().contains("storage latency"),
+            "{}",
+            summary().bottleneck()
+        );
+        let cpu = Summary {
+            decode: StageSummary {
+                total: Duration::from_secs(19),
+                ..summary().decode
+            },
+            ..summary()
+        };
+        assert!(cpu.bottleneck().contains("CPU"), "{}", cpu.bottleneck());
+        let limit = Summary {
+            mean_in_flight: 120.0,
+            ..summary()
+        };
+        assert!(
+            limit.bottleneck().contains("raise the in-flight limit"),
+            "{}",
+            limit.bottleneck()
+        );
+        let consumer = Summary {
+            consumer_wait: StageSummary {
+                p50: Duration::ZERO,
+                ..summary().consumer_wait
+            },
+            queue_wait: StageSummary {
+                p50: Duration::from_millis(80),
+                ..summary().queue_wait
+            },
+            ..summary()
+        };
+        assert!(
+            consumer.bottleneck().contains("the consumer"),
+            "{}",
+            consumer.bottleneck()
+        );
+        let fast = Summary {
+            fetch: StageSummary {
+                p50: Duration::from_micros(50),
+                ..summary().fetch
+            },
+            ..summary()
+        };
+        assert!(
+            fast.bottleneck().contains("coordination"),
+            "{}",
+            fast.bottleneck()
+        );
     }
 }
