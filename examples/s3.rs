@@ -1,40 +1,43 @@
-//! Read from S3: here the test kit's in-process S3 server, behind a 50 ms delay proxy, with
-//! the layers a remote store wants.
+//! Train from S3: here the test kit's in-process S3 server behind a 50 ms delay proxy, so
+//! it runs anywhere; the comment shows the same against real AWS.
 //!
-//! `cargo run -p loader-examples --example s3`
+//! `cargo run --release -p loader-examples --example s3`
 
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use loader_storage::layer::RetryConfig;
-use loader_storage::{ObjectMeta, Storage, StorageExt, from_url};
+use loader_core::storage::layer::RetryConfig;
+use loader_core::{DataLoader, Dataset, Fetch, Pipeline, StorageExt, from_url};
 use loader_testkit::{DatasetSpec, DelayProxy, S3Server};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    DatasetSpec::tiny(32, 4).write(&dir.path().join("imagenet"))?;
+    DatasetSpec::imagenet(128, 4).write(&dir.path().join("imagenet"))?;
     let server = S3Server::start(dir.path())?;
     let proxy = DelayProxy::start(server.addr(), Duration::from_millis(50))?;
 
-    // With real S3: from_url("s3://bucket/train", [("aws_region", "eu-west-1")]) and the
-    // usual AWS_* environment variables.
+    // Against real AWS, credentials and region come from the usual AWS_* variables:
+    //     let store = from_url("s3://my-bucket/imagenet/train", Vec::<(String, String)>::new())?;
     let store = from_url("s3://imagenet", server.options_for(&proxy.url()))?
         .with_timeout(Duration::from_secs(10))
         .with_retry(RetryConfig::default())
         .with_metrics();
-    let metrics = store.metrics();
+    let requests = store.metrics();
+    let store = store.into_dyn();
 
-    let objects: Vec<ObjectMeta> = store.list("").try_collect().await?;
-    let total: usize = futures::future::try_join_all(objects.iter().map(|o| store.get(&o.key)))
-        .await?
-        .iter()
-        .map(|b| b.len())
-        .sum();
-    println!(
-        "{} objects, {total} bytes, all in flight at once",
-        objects.len()
-    );
-    println!("{}", metrics.snapshot());
+    let dataset = Dataset::image_folder_blocking(&*store)?;
+    let mut loader = DataLoader::builder(store, dataset)
+        .batch_size(32)
+        .shuffle(true)
+        .fetch(Fetch::Async { max_in_flight: 64 })
+        .transform(Pipeline::imagenet_eval())
+        .build()?;
+    for batch in &mut loader {
+        let batch = batch?;
+        println!("{:?}, first key {}", batch.shape, batch.keys[0]);
+    }
+    println!("S3 requests: {}", requests.snapshot());
+    if let Some(metrics) = loader.metrics() {
+        println!("{}", metrics.summary());
+    }
     Ok(())
 }

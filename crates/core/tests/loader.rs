@@ -323,3 +323,60 @@ fn batch_sampler_and_loader_agree_on_length() {
     let sampler = RandomSampler::new(IMAGES, 0).unwrap();
     assert_eq!(loader.len(), BatchSampler::new(sampler, 7, true).len());
 }
+
+#[test]
+fn samples_of_different_sizes_cannot_share_a_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = DatasetSpec::tiny(4, 1);
+    spec.width = (40, 80); // sizes vary per image
+    spec.write(dir.path()).unwrap();
+    let store = from_url(
+        &dir.path().to_string_lossy(),
+        Vec::<(String, String)>::new(),
+    )
+    .unwrap();
+    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+    // The default transform only decodes, so sizes differ.
+    let mut loader = DataLoader::builder(store, dataset)
+        .batch_size(4)
+        .build()
+        .unwrap();
+    let err = loader.next().unwrap().unwrap_err().to_string();
+    assert!(err.contains("key \"class_000/img_00000"), "{err}");
+    assert!(err.contains("fixed-size crop"), "{err}");
+}
+
+#[test]
+fn image_folder_follows_torchvision() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (path, bytes) in [
+        ("b_dogs/2.JPG", &b"x"[..]),
+        ("b_dogs/1.jpeg", b"x"),
+        ("b_dogs/notes.txt", b"x"),
+        ("a_cats/nested/3.png", b"x"),
+        ("README.jpg", b"x"), // directly under the root: ignored
+    ] {
+        std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+        std::fs::write(root.join(path), bytes).unwrap();
+    }
+    let store = from_url(&root.to_string_lossy(), Vec::<(String, String)>::new()).unwrap();
+    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+    assert_eq!(dataset.classes(), ["a_cats", "b_dogs"]);
+    let items: Vec<(&str, i64)> = dataset.items().iter().map(|i| (&*i.key, i.label)).collect();
+    assert_eq!(
+        items,
+        [
+            ("a_cats/nested/3.png", 0),
+            ("b_dogs/1.jpeg", 1),
+            ("b_dogs/2.JPG", 1)
+        ]
+    );
+
+    std::fs::create_dir_all(root.join("c_empty")).unwrap();
+    std::fs::write(root.join("c_empty/readme.md"), b"x").unwrap();
+    let err = Dataset::image_folder_blocking(&*store)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("c_empty"), "{err}");
+}
