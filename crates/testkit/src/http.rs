@@ -21,9 +21,14 @@ pub struct HttpServer {
 impl HttpServer {
     /// Serve `root` on a free port.
     pub fn start(root: impl AsRef<Path>) -> io::Result<Self> {
+        Self::start_on(root, 0)
+    }
+
+    /// Serve `root` on `port` (0 for any free port).
+    pub fn start_on(root: impl AsRef<Path>, port: u16) -> io::Result<Self> {
         let root = root.as_ref().to_path_buf();
         let service = TowerToHyperService::new(ServeDir::new(&root));
-        let listener = bind(0)?;
+        let listener = bind(port)?;
         let addr = listener.local_addr()?;
         let background = Background::start("testkit-http", 2, listener, move |listener, stop| {
             serve_http(listener, service, stop)

@@ -30,7 +30,12 @@ pub struct DelayProxy {
 impl DelayProxy {
     /// Proxy to `upstream` with round-trip time `rtt`.
     pub fn start(upstream: SocketAddr, rtt: Duration) -> io::Result<Self> {
-        let listener = bind(0)?;
+        Self::start_on(upstream, rtt, 0)
+    }
+
+    /// The same, listening on `port` (0 for any free port).
+    pub fn start_on(upstream: SocketAddr, rtt: Duration, port: u16) -> io::Result<Self> {
+        let listener = bind(port)?;
         let addr = listener.local_addr()?;
         let background = Background::start("testkit-proxy", 2, listener, move |listener, stop| {
             accept_loop(listener, upstream, rtt / 2, stop)

@@ -1,0 +1,327 @@
+//! `loader bench`: the paper's experiment — storage latency x fetch strategy — on a
+//! generated dataset served by the in-process S3 server behind the delay proxy.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use loader_core::{DataLoader, Dataset, DynStorage, Pipeline, SampleKey, from_url};
+use loader_testkit::{DelayProxy, S3Server};
+
+use crate::report::{Cell, Report};
+use crate::{Result, Strategy, gen_data, run};
+
+/// Arguments of `loader bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Images in the generated dataset.
+    #[arg(long, default_value_t = 2000)]
+    images: usize,
+    /// Classes in the generated dataset.
+    #[arg(long, default_value_t = 10)]
+    classes: usize,
+    /// Seed of the generated dataset.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Tiny 64x48 images (for a quick check of the command itself).
+    #[arg(long)]
+    tiny: bool,
+    /// Where the dataset is generated (reused between runs); default: the user cache.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Round-trip times to add, in ms, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,10,50,100")]
+    rtts: Vec<u64>,
+    /// Leave out the local-disk row.
+    #[arg(long)]
+    no_local: bool,
+    /// Strategies to compare, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "sequential,threads,async"
+    )]
+    strategies: Vec<Strategy>,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Requests in flight for `async`.
+    #[arg(long, default_value_t = 128)]
+    max_in_flight: usize,
+    /// Threads for `threads`.
+    #[arg(long, default_value_t = 16)]
+    threads: usize,
+    /// Workers for `sequential` (default: one per core, as PyTorch's num_workers).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// CPU threads for decoding (default: one per core).
+    #[arg(long)]
+    decode_threads: Option<usize>,
+    /// Each cell stops after this many seconds...
+    #[arg(long, default_value_t = 8.0)]
+    seconds: f64,
+    /// ...or this many images, whichever comes first.
+    #[arg(long, default_value_t = 1000)]
+    max_images: usize,
+    /// Directory for report.md, results.json and plot.svg.
+    #[arg(long, default_value = "bench-report")]
+    out: PathBuf,
+    /// An external S3 endpoint instead of the in-process server (with --bucket, --option).
+    #[arg(long, requires = "bucket")]
+    endpoint: Option<String>,
+    /// The bucket (and prefix) holding the dataset on the external endpoint.
+    #[arg(long)]
+    bucket: Option<String>,
+    /// Store option as key=value for the external endpoint; repeatable.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// User + system CPU time of this process (loader and in-process server together).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+pub fn main(args: Args) -> Result {
+    if args.batch_size == 0 || args.max_images == 0 || args.seconds <= 0.0 {
+        return Err("--batch-size, --max-images and --seconds must be positive".into());
+    }
+    if args.strategies.is_empty() {
+        return Err("--strategies lists no strategy".into());
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let root = args.data.clone().unwrap_or_else(|| {
+        crate::cache_dir().join(format!(
+            "bench-{}-{}-{}{}",
+            args.images,
+            args.classes,
+            args.seed,
+            if args.tiny { "-tiny" } else { "" }
+        ))
+    });
+    let bucket_dir = root.join("bench");
+    let marker = root.join(".complete");
+    if args.endpoint.is_none() && !marker.exists() {
+        eprintln!(
+            "generating {} images in {} ...",
+            args.images,
+            bucket_dir.display()
+        );
+        let spec = gen_data::spec(args.images, args.classes, args.seed, args.tiny);
+        gen_data::write(&spec, &bucket_dir, !args.json)?;
+        std::fs::write(&marker, b"")?;
+    }
+
+    // The rows: local disk, then the S3 server at each round-trip time.
+    let server = if args.endpoint.is_none() {
+        Some(S3Server::start(&root)?)
+    } else {
+        None
+    };
+    let mut rows: Vec<(String, Option<u64>, DynStorage, Option<DelayProxy>)> = Vec::new();
+    if !args.no_local && args.endpoint.is_none() {
+        rows.push((
+            "local disk".into(),
+            None,
+            from_url(
+                &bucket_dir.to_string_lossy(),
+                Vec::<(String, String)>::new(),
+            )?,
+            None,
+        ));
+    }
+    for &rtt in &args.rtts {
+        let (store, proxy) = match (&server, &args.endpoint) {
+            (Some(server), _) => {
+                let proxy = if rtt > 0 {
+                    Some(DelayProxy::start(
+                        server.addr(),
+                        Duration::from_millis(rtt),
+                    )?)
+                } else {
+                    None
+                };
+                let endpoint = proxy
+                    .as_ref()
+                    .map_or_else(|| server.endpoint(), DelayProxy::url);
+                (
+                    from_url("s3://bench", server.options_for(&endpoint))?,
+                    proxy,
+                )
+            }
+            (None, Some(endpoint)) => {
+                let url = format!("s3://{}", args.bucket.as_deref().unwrap_or_default());
+                let mut options = run::parse_options(&args.options)?;
+                options.push(("aws_endpoint".into(), endpoint.clone()));
+                (from_url(&url, options)?, None)
+            }
+            (None, None) => unreachable!("either the in-process server or an endpoint"),
+        };
+        rows.push((format!("S3, RTT {rtt} ms"), Some(rtt), store, proxy));
+    }
+    let Some((_, _, first, _)) = rows.first() else {
+        return Err("no rows: give --rtts or drop --no-local".into());
+    };
+    let dataset = Dataset::image_folder_blocking(&**first)?;
+    eprintln!(
+        "{} images in {} classes",
+        dataset.len(),
+        dataset.classes().len()
+    );
+
+    let ceiling = one_core_ceiling(&rows[0].2, &dataset)?;
+    eprintln!("evaluation pipeline alone on one core: {ceiling:.0} images/s");
+
+    let workers = args.workers.unwrap_or(cores);
+    let decode_threads = args.decode_threads.unwrap_or(cores);
+    let mut cells = Vec::new();
+    for (row, rtt, store, _proxy) in &rows {
+        for &strategy in &args.strategies {
+            let concurrency = match strategy {
+                Strategy::Sequential => workers,
+                Strategy::Threads => args.threads,
+                Strategy::Async => args.max_in_flight,
+            };
+            let fetch = run::fetch(
+                strategy,
+                args.max_in_flight,
+                if strategy == Strategy::Sequential {
+                    workers
+                } else {
+                    args.threads
+                },
+            );
+            let loader = DataLoader::builder(Arc::clone(store), dataset.clone())
+                .batch_size(args.batch_size)
+                .fetch(fetch)
+                .decode_threads(decode_threads)
+                .prefetch(4)
+                .transform(Pipeline::imagenet_eval())
+                .build()?;
+            let cell = measure(loader, row, *rtt, strategy, concurrency, &args, !args.json)?;
+            cells.push(cell);
+        }
+    }
+    drop(rows);
+    drop(server);
+
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = Report::new(cells, ceiling, cores, args.batch_size, command);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    report.write(&args.out)?;
+    eprintln!("report written to {}", args.out.display());
+    Ok(())
+}
+
+/// The evaluation pipeline alone on one core, over up to 100 of the dataset's images.
+fn one_core_ceiling(store: &DynStorage, dataset: &Dataset) -> Result<f64> {
+    let sample: Vec<_> = dataset
+        .items()
+        .iter()
+        .take(100)
+        .map(|i| i.key.clone())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let bytes: Vec<_> = runtime.block_on(async {
+        let mut out = Vec::new();
+        for key in &sample {
+            out.push(store.get(key).await?);
+        }
+        Ok::<_, loader_core::storage::Error>(out)
+    })?;
+    let pipeline = Pipeline::imagenet_eval();
+    let start = Instant::now();
+    for (i, b) in bytes.iter().enumerate() {
+        pipeline.run(
+            b,
+            SampleKey {
+                epoch: 0,
+                index: i as u64,
+            },
+        )?;
+    }
+    Ok(bytes.len() as f64 / start.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// Run one cell until its time or image budget is spent (across epochs if needed).
+fn measure(
+    mut loader: DataLoader,
+    row: &str,
+    rtt: Option<u64>,
+    strategy: Strategy,
+    concurrency: usize,
+    args: &Args,
+    progress: bool,
+) -> Result<Cell> {
+    let bar = if progress {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let limit = Duration::from_secs_f64(args.seconds);
+    let (start, cpu) = (Instant::now(), cpu_time());
+    let mut images = 0usize;
+    'cells: loop {
+        for batch in &mut loader {
+            let batch = batch?;
+            images += batch.len();
+            bar.set_message(format!(
+                "{row:<16} {:<10} {images:>5} images, {:.0} img/s",
+                format!("{strategy:?}").to_lowercase(),
+                images as f64 / start.elapsed().as_secs_f64().max(1e-9)
+            ));
+            if images >= args.max_images || start.elapsed() >= limit {
+                break 'cells;
+            }
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu = (cpu_time() - cpu).as_secs_f64();
+    let summary = loader.metrics().map(|m| m.summary());
+    drop(loader);
+    bar.finish_and_clear();
+    let fetched = summary.as_ref().map_or(0, |s| s.bytes);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Ok(Cell {
+        row: row.to_owned(),
+        rtt_ms: rtt,
+        strategy,
+        concurrency,
+        images,
+        seconds,
+        images_per_sec: images as f64 / seconds,
+        mb_per_sec: fetched as f64 / 1e6 / seconds,
+        cpu_ms_per_image: cpu * 1e3 / images.max(1) as f64,
+        wait_p50_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p50)),
+        wait_p99_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p99)),
+        bottleneck: summary.map(|s| s.bottleneck()).unwrap_or_default(),
+    })
+}

@@ -1,0 +1,72 @@
+//! `loader`: generate a dataset, serve it, iterate it, and reproduce the paper's benchmark.
+
+mod bench;
+mod gen_data;
+mod report;
+mod run;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Feed ML training from S3, HTTP or local disk as fast as from a local drive.
+#[derive(Debug, Parser)]
+#[command(name = "loader", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a synthetic ImageNet-like dataset (class folders of JPEGs).
+    Gen(gen_data::Args),
+    /// Serve a directory over the in-process S3 or HTTP server, optionally with added RTT.
+    Serve(serve::Args),
+    /// Iterate a dataset at a URL and report throughput and the bottleneck stage.
+    Run(run::Args),
+    /// Reproduce the paper: storage latency x fetch strategy, against the CPU ceiling.
+    Bench(bench::Args),
+}
+
+/// Fetch strategy names shared by `run` and `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// PyTorch's vanilla loader: each worker fetches then decodes its batch item by item.
+    Sequential,
+    /// The paper's threaded fetcher.
+    Threads,
+    /// Many requests in flight on an async runtime, decode on a CPU pool.
+    Async,
+}
+
+/// Where generated data goes by default.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("LOADER_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/loader")))
+        .unwrap_or_else(|| std::env::temp_dir().join("loader-cache"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Gen(args) => gen_data::main(args),
+        Command::Serve(args) => serve::main(args),
+        Command::Run(args) => run::main(args),
+        Command::Bench(args) => bench::main(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("loader: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Errors of the commands: anything with a message.
+pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;

@@ -1,0 +1,247 @@
+//! The benchmark's results: a table, report.md, results.json and an SVG plot.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use crate::{Result, Strategy};
+
+/// One measured cell: a storage row and a strategy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// The storage row, e.g. "S3, RTT 50 ms".
+    pub row: String,
+    /// The added round-trip time, `None` for local disk.
+    pub rtt_ms: Option<u64>,
+    /// The fetch strategy.
+    pub strategy: Strategy,
+    /// Its concurrency: workers, threads or requests in flight.
+    pub concurrency: usize,
+    /// Images delivered.
+    pub images: usize,
+    /// Wall time.
+    pub seconds: f64,
+    /// Images per second.
+    pub images_per_sec: f64,
+    /// Megabytes fetched per second.
+    pub mb_per_sec: f64,
+    /// CPU time of the whole process (loader and in-process server) per image.
+    pub cpu_ms_per_image: f64,
+    /// Median time the consumer waited for a batch.
+    pub wait_p50_ms: f64,
+    /// 99th percentile of the consumer's wait for a batch.
+    pub wait_p99_ms: f64,
+    /// The engine's bottleneck line.
+    pub bottleneck: String,
+}
+
+/// A cell with the ratios that need the other cells.
+#[derive(Debug, Clone, Serialize)]
+pub struct Derived {
+    /// The measurements.
+    #[serde(flatten)]
+    pub cell: Cell,
+    /// Images/s over `sequential`'s in the same row.
+    pub speedup_over_sequential: Option<f64>,
+    /// Images/s over the same strategy's at 0 ms RTT.
+    pub latency_hiding: Option<f64>,
+    /// Images/s over cores x the one-core pipeline's images/s.
+    pub efficiency: f64,
+}
+
+/// Everything one `loader bench` run measured.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The command line.
+    pub command: String,
+    /// Cores of the machine.
+    pub cores: usize,
+    /// Batch size.
+    pub batch_size: usize,
+    /// The evaluation pipeline alone on one core, images/s: the CPU ceiling's unit.
+    pub one_core_pipeline_images_per_sec: f64,
+    /// The cells, with ratios.
+    pub cells: Vec<Derived>,
+}
+
+impl Report {
+    /// Compute the ratios.
+    pub fn new(
+        cells: Vec<Cell>,
+        ceiling: f64,
+        cores: usize,
+        batch_size: usize,
+        command: String,
+    ) -> Self {
+        let rate = |row: &str, strategy: Strategy| {
+            cells
+                .iter()
+                .find(|c| c.row == row && c.strategy == strategy)
+                .map(|c| c.images_per_sec)
+        };
+        let at_zero = |strategy: Strategy| {
+            cells
+                .iter()
+                .find(|c| c.rtt_ms == Some(0) && c.strategy == strategy)
+                .map(|c| c.images_per_sec)
+        };
+        let derived = cells
+            .iter()
+            .map(|c| Derived {
+                speedup_over_sequential: rate(&c.row, Strategy::Sequential)
+                    .map(|s| c.images_per_sec / s.max(1e-9)),
+                latency_hiding: c
+                    .rtt_ms
+                    .and(at_zero(c.strategy))
+                    .map(|z| c.images_per_sec / z.max(1e-9)),
+                efficiency: c.images_per_sec / (cores as f64 * ceiling).max(1e-9),
+                cell: c.clone(),
+            })
+            .collect();
+        Self {
+            command,
+            cores,
+            batch_size,
+            one_core_pipeline_images_per_sec: ceiling,
+            cells: derived,
+        }
+    }
+
+    /// The results as a Markdown table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "CPU ceiling: the evaluation pipeline alone runs at {:.0} images/s on one core; {} cores, batch {}.\n",
+            self.one_core_pipeline_images_per_sec, self.cores, self.batch_size
+        );
+        let _ = writeln!(
+            out,
+            "| storage | strategy | img/s | MB/s | CPU ms/img | wait p50 ms | wait p99 ms | vs sequential | latency hiding | efficiency |"
+        );
+        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}x"));
+        for d in &self.cells {
+            let c = &d.cell;
+            let _ = writeln!(
+                out,
+                "| {} | {} ({}) | {:.0} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {} | {:.0}% |",
+                c.row,
+                format!("{:?}", c.strategy).to_lowercase(),
+                c.concurrency,
+                c.images_per_sec,
+                c.mb_per_sec,
+                c.cpu_ms_per_image,
+                c.wait_p50_ms,
+                c.wait_p99_ms,
+                ratio(d.speedup_over_sequential),
+                ratio(d.latency_hiding),
+                d.efficiency * 100.0
+            );
+        }
+        out
+    }
+
+    /// Write report.md, results.json and plot.svg into `dir`.
+    pub fn write(&self, dir: &Path) -> Result {
+        std::fs::create_dir_all(dir)?;
+        let mut md = String::from("# loader bench\n\n");
+        let _ = writeln!(md, "`{}`\n", self.command);
+        md.push_str(&self.table());
+        md.push_str("\n![images/s against storage latency](plot.svg)\n\n## Bottlenecks\n\n");
+        for d in &self.cells {
+            let _ = writeln!(
+                md,
+                "- {} / {:?}: {}",
+                d.cell.row, d.cell.strategy, d.cell.bottleneck
+            );
+        }
+        std::fs::write(dir.join("report.md"), md)?;
+        std::fs::write(
+            dir.join("results.json"),
+            serde_json::to_string_pretty(self)?,
+        )?;
+        self.plot(&dir.join("plot.svg"))?;
+        Ok(())
+    }
+
+    /// Images/s against RTT, one line per strategy, with the CPU ceiling for reference.
+    fn plot(&self, path: &Path) -> Result {
+        let points = |s: Strategy| -> Vec<(f64, f64)> {
+            self.cells
+                .iter()
+                .filter(|d| d.cell.strategy == s)
+                .filter_map(|d| d.cell.rtt_ms.map(|r| (r as f64, d.cell.images_per_sec)))
+                .collect()
+        };
+        let ceiling = self.cores as f64 * self.one_core_pipeline_images_per_sec;
+        let max_x = self
+            .cells
+            .iter()
+            .filter_map(|d| d.cell.rtt_ms)
+            .max()
+            .unwrap_or(100)
+            .max(1) as f64;
+        let max_y = self
+            .cells
+            .iter()
+            .map(|d| d.cell.images_per_sec)
+            .fold(ceiling, f64::max)
+            * 1.1;
+        let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "images/s against storage round-trip time",
+                ("sans-serif", 22),
+            )
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..max_x * 1.05, 0.0..max_y)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("RTT (ms)")
+            .y_desc("images/s")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let colours = [
+            (Strategy::Sequential, RED),
+            (Strategy::Threads, BLUE),
+            (Strategy::Async, GREEN),
+        ];
+        for (strategy, colour) in colours {
+            let line = points(strategy);
+            if line.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(format!("{strategy:?}").to_lowercase())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            chart
+                .draw_series(line.iter().map(|&p| Circle::new(p, 4, colour.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .draw_series(LineSeries::new(
+                vec![(0.0, ceiling), (max_x * 1.05, ceiling)],
+                BLACK.mix(0.4),
+            ))
+            .map_err(|e| e.to_string())?
+            .label("CPU ceiling (cores x one-core pipeline)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}

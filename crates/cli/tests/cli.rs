@@ -1,0 +1,175 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! The `loader` binary, run as a user would.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn loader() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loader"))
+}
+
+#[test]
+fn argument_errors_give_a_message_and_a_failing_exit() {
+    for args in [
+        &["frobnicate"][..],
+        &["run"][..],
+        &["bench", "--rtts", "ten"][..],
+        &["bench", "--strategies", "magic"][..],
+        &["serve", "ftp", "."][..],
+    ] {
+        let out = loader().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("error") || stderr.contains("Usage"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A bad URL is the command's own error, named.
+    let out = loader().args(["run", "ftp://nowhere/x"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown scheme"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bench_runs_a_tiny_matrix_end_to_end() {
+    let data = tempfile::tempdir().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = loader()
+        .args([
+            "bench",
+            "--tiny",
+            "--images",
+            "24",
+            "--classes",
+            "3",
+            "--rtts",
+            "0,20",
+            "--strategies",
+            "sequential,async",
+        ])
+        .args([
+            "--seconds",
+            "3",
+            "--max-images",
+            "24",
+            "--batch-size",
+            "8",
+            "--json",
+        ])
+        .arg("--data")
+        .arg(data.path())
+        .arg("--out")
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells = json["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "local + 2 RTTs, 2 strategies each");
+    for cell in cells {
+        assert!(cell["images"].as_u64().unwrap() >= 8, "{cell}");
+        assert!(cell["images_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(cell["efficiency"].as_f64().unwrap() > 0.0);
+    }
+    let at20 = cells
+        .iter()
+        .find(|c| c["rtt_ms"] == 20 && c["strategy"] == "async")
+        .unwrap();
+    assert!(at20["latency_hiding"].as_f64().is_some());
+    for file in ["report.md", "results.json", "plot.svg"] {
+        let len = std::fs::metadata(out_dir.path().join(file)).unwrap().len();
+        assert!(len > 100, "{file} is {len} bytes");
+    }
+    let svg = std::fs::read_to_string(out_dir.path().join("plot.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("async"));
+}
+
+/// Start `loader serve ...` and read its announced endpoint (and S3 keys).
+fn serve(args: &[&str]) -> (std::process::Child, Vec<String>) {
+    let mut child = loader()
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = Vec::new();
+    let start = Instant::now();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let done = line.starts_with("press Ctrl-C");
+        lines.push(line);
+        if done || start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    (child, lines)
+}
+
+fn field(lines: &[String], name: &str) -> String {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(name))
+        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn serve_http_answers_a_get() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), b"hello from loader").unwrap();
+    let (mut child, lines) = serve(&["http", dir.path().to_str().unwrap(), "--rtt", "10"]);
+    let endpoint = field(&lines, "endpoint:");
+    let addr = endpoint.trim_start_matches("http://");
+    let mut socket = std::net::TcpStream::connect(addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        socket,
+        "GET /hello.txt HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("hello from loader"), "{response}");
+}
+
+#[test]
+fn serve_s3_answers_a_signed_get() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/x.bin"), b"payload").unwrap();
+    let (mut child, lines) = serve(&["s3", dir.path().to_str().unwrap()]);
+    let options = [
+        ("aws_endpoint", field(&lines, "endpoint:")),
+        ("aws_access_key_id", field(&lines, "access key:")),
+        ("aws_secret_access_key", field(&lines, "secret key:")),
+    ];
+    assert_eq!(field(&lines, "buckets:"), "data");
+    let store = loader_core::from_url("s3://data", options).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let got = runtime.block_on(store.get("x.bin"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(got.unwrap().as_ref(), b"payload");
+}
