@@ -43,6 +43,9 @@ pub struct Args {
     /// Skip up to N failing samples per epoch (reported) instead of stopping at the first.
     #[arg(long, value_name = "N")]
     skip_errors: Option<usize>,
+    /// Write a Chrome trace (chrome://tracing, Perfetto) of every fetch, decode and batch.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -92,7 +95,15 @@ pub fn main(args: Args) -> Result {
     } else {
         args.threads
     };
-    let mut loader = DataLoader::builder(store, dataset)
+    let trace = args
+        .trace
+        .as_ref()
+        .map(|_| std::sync::Arc::new(loader_core::Trace::new()));
+    let mut builder = DataLoader::builder(store, dataset);
+    if let Some(trace) = &trace {
+        builder = builder.trace(std::sync::Arc::clone(trace));
+    }
+    let mut loader = builder
         .batch_size(args.batch_size)
         .shuffle(args.shuffle)
         .fetch(fetch(args.fetch, args.max_in_flight, workers))
@@ -129,8 +140,17 @@ pub fn main(args: Args) -> Result {
         }
     }
     bar.finish_and_clear();
-    let summary = loader.metrics().map(|m| m.summary());
     let seconds = start.elapsed().as_secs_f64();
+    let summary = loader.metrics().map(|m| m.summary());
+    drop(loader);
+    if let (Some(trace), Some(path)) = (&trace, &args.trace) {
+        trace.write_json(std::io::BufWriter::new(std::fs::File::create(path)?))?;
+        eprintln!(
+            "trace of {} events written to {}",
+            trace.len(),
+            path.display()
+        );
+    }
     if args.json {
         let json = serde_json::json!({
             "url": args.url,

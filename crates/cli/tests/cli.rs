@@ -173,3 +173,51 @@ fn serve_s3_answers_a_signed_get() {
     child.wait().unwrap();
     assert_eq!(got.unwrap().as_ref(), b"payload");
 }
+
+#[test]
+fn run_iterates_a_dataset_and_writes_a_chrome_trace() {
+    let data = tempfile::tempdir().unwrap();
+    let generated = loader()
+        .arg("gen")
+        .arg(data.path())
+        .args(["--images", "20", "--classes", "2", "--tiny"])
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let trace = data.path().join("trace.json");
+    let out = loader()
+        .arg("run")
+        .arg(data.path().to_str().unwrap())
+        .args(["--batch-size", "5", "--epochs", "2", "--json", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["images"], 40);
+    assert!(
+        summary["bottleneck"]
+            .as_str()
+            .unwrap()
+            .starts_with("bottleneck:")
+    );
+    let events: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let events = events["traceEvents"].as_array().unwrap();
+    let count = |name: &str| events.iter().filter(|e| e["name"] == name).count();
+    // The engine runs ahead into a third epoch before it is dropped, so "at least".
+    assert!(count("decode") >= 40, "{} decodes", count("decode"));
+    assert!(
+        count("fetch") >= 80 && count("fetch") % 2 == 0,
+        "a begin and an end per fetch"
+    );
+    assert!(count("batch ready") >= 8);
+}

@@ -170,6 +170,12 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// Record a Chrome trace of every fetch, decode and batch (see `Trace::write_json`).
+    pub fn trace(mut self, trace: Arc<loader_scheduler::Trace>) -> Self {
+        self.config.trace = Some(trace);
+        self
+    }
+
     /// Run on this tokio runtime instead of one the loader owns.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
         self.config.runtime = Some(handle);

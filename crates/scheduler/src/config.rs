@@ -69,6 +69,8 @@ pub struct Config {
     pub error_policy: ErrorPolicy,
     /// A runtime to run on; `None` makes the engine start its own (one thread).
     pub runtime: Option<tokio::runtime::Handle>,
+    /// Record every fetch, CPU stage and batch into this trace.
+    pub trace: Option<std::sync::Arc<crate::Trace>>,
 }
 
 impl Default for Config {
@@ -80,6 +82,7 @@ impl Default for Config {
             order: Order::default(),
             error_policy: ErrorPolicy::default(),
             runtime: None,
+            trace: None,
         }
     }
 }

@@ -59,6 +59,7 @@ struct Shared<T> {
     runtime: tokio::runtime::Handle,
     results: mpsc::UnboundedSender<(u64, ItemResult<T>)>,
     cancelled: watch::Receiver<bool>,
+    trace: Option<Arc<crate::Trace>>,
 }
 
 impl<T: Send + 'static> Engine<T> {
@@ -98,6 +99,7 @@ impl<T: Send + 'static> Engine<T> {
             runtime: runtime.clone(),
             results,
             cancelled,
+            trace: config.trace.clone(),
         });
         let driver = Driver {
             shared,
@@ -358,7 +360,7 @@ impl<T: Send + 'static> Driver<T> {
                 Some((seq, result)) = self.results.recv() => {
                     asm.put(self.order, seq, result);
                     while let Some((pending, items)) = asm.take_front(self.order) {
-                        let n = pending.len;
+                        let (n, position) = (pending.len, pending.position);
                         let permits = asm.take_permits(n);
                         let batch = self.assemble(pending, items, &mut asm.failures).map(|mut batch| {
                             batch.permits = permits;
@@ -371,6 +373,9 @@ impl<T: Send + 'static> Driver<T> {
                             return;
                         }
                         self.shared.metrics.batch_queued();
+                        if let Some(trace) = &self.shared.trace {
+                            trace.batch(position);
+                        }
                     }
                 }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
@@ -511,7 +516,12 @@ async fn fetch_then_decode<T: Send + 'static>(
             return;
         };
         let _guard = shared.metrics.fetch_started();
-        shared.storage.get(&sample.key).await
+        let started = Instant::now();
+        let fetched = shared.storage.get(&sample.key).await;
+        if let Some(trace) = &shared.trace {
+            trace.fetch(trace_id(&sample), started, sample.index);
+        }
+        fetched
     };
     match fetched {
         Ok(bytes) => {
@@ -534,9 +544,15 @@ async fn fetch_then_decode<T: Send + 'static>(
     }
 }
 
+/// A fetch's id in the trace: unique among overlapping fetches.
+fn trace_id(info: &SampleInfo) -> u64 {
+    (info.epoch << 40) | info.position
+}
+
 /// Fetch on the calling (non-runtime) thread by blocking on the runtime's handle.
 fn fetch_blocking<T>(shared: &Shared<T>, info: &SampleInfo) -> Result<Bytes, ItemError> {
     let _guard = shared.metrics.fetch_started();
+    let started = Instant::now();
     let mut cancelled = shared.cancelled.clone();
     let fetched = shared.runtime.block_on(async {
         tokio::select! {
@@ -545,6 +561,9 @@ fn fetch_blocking<T>(shared: &Shared<T>, info: &SampleInfo) -> Result<Bytes, Ite
             _ = cancelled.wait_for(|c| *c) => None,
         }
     });
+    if let Some(trace) = &shared.trace {
+        trace.fetch(trace_id(info), started, info.index);
+    }
     match fetched {
         Some(Ok(bytes)) => {
             shared.metrics.fetched(bytes.len());
@@ -564,8 +583,13 @@ fn fetch_blocking<T>(shared: &Shared<T>, info: &SampleInfo) -> Result<Bytes, Ite
 /// The CPU stage, timed, with panics caught so one bad sample cannot take the pool down.
 fn run_stage<T>(shared: &Shared<T>, bytes: Bytes, info: SampleInfo) -> ItemResult<T> {
     let _guard = shared.metrics.decode_started();
+    let (started, index) = (Instant::now(), info.index);
     let stage = &shared.stage;
-    match std::panic::catch_unwind(AssertUnwindSafe(|| stage(bytes, &info))) {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| stage(bytes, &info)));
+    if let Some(trace) = &shared.trace {
+        trace.decode(started, index);
+    }
+    match outcome {
         Ok(Ok(value)) => Ok((info, value)),
         Ok(Err(e)) => Err(ItemError {
             info,

@@ -43,6 +43,7 @@ mod engine;
 mod item;
 mod metrics;
 mod pool;
+mod trace;
 
 pub use config::{Config, ErrorPolicy, Fetch, Order};
 pub use engine::{Engine, Stage, THREAD_PREFIX};
@@ -50,3 +51,4 @@ pub use item::{
     BatchPlan, EngineError, ItemError, ItemFailure, RawBatch, SampleInfo, StageError, WorkItem,
 };
 pub use metrics::{Metrics, StageSummary, Summary};
+pub use trace::Trace;

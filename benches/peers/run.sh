@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Side by side with PyTorch: `loader bench` and PyTorch's DataLoader (vanilla and the
+# paper's threaded variant) on the same objects from the same `loader serve s3` endpoint,
+# at each round-trip time, then one table with the ratios.
+#
+#   benches/peers/run.sh [RTTS]      e.g. benches/peers/run.sh "0 10 50 100"
+#
+# Sets up a virtualenv with torch, torchvision and boto3 from PyPI on first use (the CUDA
+# build, about 6 GB; it runs on CPU). Env: LOADER_CACHE (default ~/.cache/loader).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+rtts=${1:-"0 10 50 100"}
+cache=${LOADER_CACHE:-$HOME/.cache/loader}
+venv=$cache/peers-venv
+data=$cache/peers-data
+seconds=${SECONDS_PER_CELL:-8}
+max_images=${MAX_IMAGES:-1000}
+out=${OUT:-bench-report/peers}
+mkdir -p "$cache" "$out"
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "creating $venv (torch, torchvision, boto3; a few GB)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet torch torchvision boto3 pillow
+fi
+
+cargo build --release -q -p loader-cli
+loader=target/release/loader
+[ -f "$data/.complete" ] || { "$loader" gen "$data/bench" --images 2000 --classes 10 && touch "$data/.complete"; }
+
+results=$out/results.jsonl
+: > "$results"
+for rtt in $rtts; do
+  log=$(mktemp)
+  "$loader" serve s3 "$data" --rtt "$rtt" > "$log" &
+  server=$!
+  trap 'kill $server 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do grep -q '^press Ctrl-C' "$log" && break; sleep 0.1; done
+  endpoint=$(sed -n 's/^endpoint: //p' "$log")
+  key=$(sed -n 's/^access key: //p' "$log")
+  secret=$(sed -n 's/^secret key: //p' "$log")
+  for variant in vanilla threaded; do
+    echo "rtt $rtt ms: pytorch $variant" >&2
+    "$venv/bin/python" benches/peers/pytorch_loader.py --endpoint "$endpoint" --access-key "$key" \
+      --secret-key "$secret" --variant "$variant" --seconds "$seconds" --max-images "$max_images" \
+      | sed "s/^{/{\"rtt_ms\": $rtt, /" >> "$results"
+  done
+  echo "rtt $rtt ms: loader" >&2
+  "$loader" bench --endpoint "$endpoint" --bucket bench --option "aws_access_key_id=$key" \
+    --option "aws_secret_access_key=$secret" --rtts "$rtt" --no-local --seconds "$seconds" \
+    --max-images "$max_images" --out "$out/loader-rtt$rtt" --json \
+    | "$venv/bin/python" -c '
+import json, sys
+report = json.load(sys.stdin)
+for c in report["cells"]:
+    print(json.dumps({"rtt_ms": c["rtt_ms"], "system": "loader " + c["strategy"], "images_per_sec": c["images_per_sec"],
+                      "cpu_ms_per_image": c["cpu_ms_per_image"], "one_core": report["one_core_pipeline_images_per_sec"],
+                      "cores": report["cores"]}))' >> "$results"
+  kill $server; wait $server 2>/dev/null || true
+  trap - EXIT
+done
+
+"$venv/bin/python" - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {(r["rtt_ms"], r["system"]): r for r in rows}
+ceiling = max((r["one_core"] * r["cores"] for r in rows if "one_core" in r), default=0)
+print(f"CPU ceiling (cores x one-core pipeline): {ceiling:.0f} img/s\n")
+print("| RTT ms | system | img/s | CPU ms/img | vs pytorch vanilla | vs pytorch threaded | efficiency |")
+print("|---:|---|---:|---:|---:|---:|---:|")
+for (rtt, system), r in sorted(by.items()):
+    v, t = by.get((rtt, "pytorch vanilla")), by.get((rtt, "pytorch threaded"))
+    ratio = lambda b: f"{r['images_per_sec'] / b['images_per_sec']:.1f}x" if b else "–"
+    eff = f"{100 * r['images_per_sec'] / ceiling:.0f}%" if ceiling else "–"
+    print(f"| {rtt} | {system} | {r['images_per_sec']:.0f} | {r['cpu_ms_per_image']:.2f} | {ratio(v)} | {ratio(t)} | {eff} |")
+PY
