@@ -19,24 +19,9 @@ use loader_core::{DataLoader, Dataset, DynStorage, Fetch, Pipeline, StorageExt};
 use loader_testkit::DatasetSpec;
 use object_store::ObjectStoreExt;
 
-/// User + system CPU time of this process so far.
+/// User + system CPU time of this process (loader and in-process server together).
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; in
-    // clock ticks of 1/100 s on Linux.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    loader_core::process_cpu_time().unwrap_or_default()
 }
 
 struct Cell {

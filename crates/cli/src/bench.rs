@@ -84,19 +84,7 @@ pub struct Args {
 
 /// User + system CPU time of this process (loader and in-process server together).
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    loader_core::process_cpu_time().unwrap_or_default()
 }
 
 pub fn main(args: Args) -> Result {

@@ -50,6 +50,6 @@ pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, Sampl
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};
 pub use loader_scheduler::{
     self as scheduler, ErrorPolicy, Fetch, ItemError, Metrics, Order, RawBatch, SampleInfo,
-    StageError, Summary, Trace,
+    StageError, Summary, Trace, process_cpu_time,
 };
 pub use loader_storage::{self as storage, DynStorage, Storage, StorageExt, from_url};

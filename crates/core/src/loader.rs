@@ -233,18 +233,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
 impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
-        DataLoaderBuilder {
-            storage: self.storage,
-            dataset: self.dataset,
-            batch_size: self.batch_size,
-            shuffle: self.shuffle,
-            seed: self.seed,
-            drop_last: self.drop_last,
-            sampler: self.sampler,
-            stage: pipeline_stage(pipeline),
-            collate: Arc::new(collate),
-            config: self.config,
-        }
+        self.with_stage(pipeline_stage(pipeline), Arc::new(collate))
     }
 }
 
@@ -256,6 +245,11 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
         collate: impl Fn(RawBatch<U>, &Dataset) -> Result<C> + Send + Sync + 'static,
     ) -> DataLoaderBuilder<U, C> {
+        self.with_stage(Arc::new(stage), Arc::new(collate))
+    }
+
+    /// The same settings with another CPU stage and collate (and so other types).
+    fn with_stage<U, C>(self, stage: Stage<U>, collate: Collate<U, C>) -> DataLoaderBuilder<U, C> {
         DataLoaderBuilder {
             storage: self.storage,
             dataset: self.dataset,
@@ -264,8 +258,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             seed: self.seed,
             drop_last: self.drop_last,
             sampler: self.sampler,
-            stage: Arc::new(stage),
-            collate: Arc::new(collate),
+            stage,
+            collate,
             config: self.config,
         }
     }

@@ -50,5 +50,5 @@ pub use engine::{Engine, Stage, THREAD_PREFIX};
 pub use item::{
     BatchPlan, EngineError, ItemError, ItemFailure, RawBatch, SampleInfo, StageError, WorkItem,
 };
-pub use metrics::{Metrics, StageSummary, Summary};
+pub use metrics::{Metrics, StageSummary, Summary, process_cpu_time};
 pub use trace::Trace;
