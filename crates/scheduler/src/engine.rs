@@ -223,78 +223,6 @@ struct Driver<T> {
     results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
 }
 
-/// Plans drawn from the caller's iterator on the blocking pool, a chunk at a time.
-struct Planner {
-    source: Arc<std::sync::Mutex<Box<dyn Iterator<Item = BatchPlan> + Send>>>,
-    buffer: VecDeque<BatchPlan>,
-    refill: Option<tokio::task::JoinHandle<Vec<BatchPlan>>>,
-    exhausted: bool,
-}
-
-impl Planner {
-    /// Plans drawn per trip to the blocking pool.
-    const CHUNK: usize = 32;
-
-    fn new(plans: impl Iterator<Item = BatchPlan> + Send + 'static) -> Self {
-        let source: Box<dyn Iterator<Item = BatchPlan> + Send> = Box::new(plans);
-        Self {
-            source: Arc::new(std::sync::Mutex::new(source)),
-            buffer: VecDeque::new(),
-            refill: None,
-            exhausted: false,
-        }
-    }
-
-    fn peek(&self) -> Option<&BatchPlan> {
-        self.buffer.front()
-    }
-
-    fn next(&mut self) -> Option<BatchPlan> {
-        self.buffer.pop_front()
-    }
-
-    fn finished(&self) -> bool {
-        self.buffer.is_empty() && self.exhausted && self.refill.is_none()
-    }
-
-    fn refilling(&self) -> bool {
-        self.refill.is_some()
-    }
-
-    /// Ask for the next chunk when the buffer runs low.
-    fn start_refill(&mut self) {
-        if self.refill.is_none() && !self.exhausted && self.buffer.len() < Self::CHUNK / 4 {
-            let source = Arc::clone(&self.source);
-            self.refill = Some(tokio::task::spawn_blocking(move || {
-                let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
-                source.by_ref().take(Self::CHUNK).collect()
-            }));
-        }
-    }
-
-    /// The pending chunk (only polled while one is pending).
-    async fn refilled(&mut self) -> Vec<BatchPlan> {
-        match self.refill.as_mut() {
-            // A planning panic ends the plans rather than the engine.
-            Some(handle) => handle.await.unwrap_or_default(),
-            None => Vec::new(),
-        }
-    }
-
-    fn accept(&mut self, chunk: Vec<BatchPlan>) {
-        self.refill = None;
-        self.exhausted |= chunk.len() < Self::CHUNK;
-        self.buffer.extend(chunk);
-    }
-
-    /// Wait for the first chunk.
-    async fn fill(&mut self) {
-        self.start_refill();
-        let chunk = self.refilled().await;
-        self.accept(chunk);
-    }
-}
-
 /// What assembly needs to know of a planned batch.
 struct Pending {
     epoch: u64,
@@ -387,10 +315,7 @@ impl<T: Send + 'static> Driver<T> {
     }
 
     async fn run(mut self, plans: impl Iterator<Item = BatchPlan> + Send + 'static) {
-        // Planning (a sampler shuffles a whole epoch when it starts one) is CPU work, so it
-        // runs on the blocking pool a chunk at a time, never on this runtime thread.
-        let mut plans = Planner::new(plans);
-        plans.fill().await;
+        let mut plans = plans.peekable();
         let batch_size = plans.peek().map_or(1, |p| p.items.len().max(1));
         let window = Arc::new(Semaphore::new(self.window(batch_size)));
         let mut tasks = JoinSet::new();
@@ -422,10 +347,9 @@ impl<T: Send + 'static> Driver<T> {
                     admitting = Some((plan, 0));
                 }
             }
-            if admitting.is_none() && asm.pending.is_empty() && plans.finished() {
+            if admitting.is_none() && asm.pending.is_empty() && plans.peek().is_none() {
                 return; // everything handed over
             }
-            plans.start_refill();
             let want = match (&admitting, self.fetch) {
                 (Some((plan, _)), Fetch::Sequential { .. }) => plan.items.len().max(1) as u32,
                 (Some(_), _) => 1,
@@ -433,7 +357,6 @@ impl<T: Send + 'static> Driver<T> {
             };
             tokio::select! {
                 biased;
-                chunk = plans.refilled(), if plans.refilling() => plans.accept(chunk),
                 Some((seq, result)) = self.results.recv() => {
                     asm.put(self.order, seq, result);
                     while let Some((pending, items)) = asm.take_front(self.order) {
