@@ -15,18 +15,9 @@ use crate::{Result, Strategy, gen_data, run};
 /// Arguments of `loader bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Images in the generated dataset.
-    #[arg(long, default_value_t = 2000)]
-    images: usize,
-    /// Classes in the generated dataset.
-    #[arg(long, default_value_t = 10)]
-    classes: usize,
-    /// Seed of the generated dataset.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Tiny 64x48 images (for a quick check of the command itself).
-    #[arg(long)]
-    tiny: bool,
+    /// The dataset to generate (once; it is reused from the cache).
+    #[command(flatten)]
+    dataset: gen_data::DataArgs,
     /// Where the dataset is generated (reused between runs); default: the user cache.
     #[arg(long)]
     data: Option<PathBuf>,
@@ -98,10 +89,10 @@ pub fn main(args: Args) -> Result {
     let root = args.data.clone().unwrap_or_else(|| {
         crate::cache_dir().join(format!(
             "bench-{}-{}-{}{}",
-            args.images,
-            args.classes,
-            args.seed,
-            if args.tiny { "-tiny" } else { "" }
+            args.dataset.images,
+            args.dataset.classes,
+            args.dataset.seed,
+            if args.dataset.tiny { "-tiny" } else { "" }
         ))
     });
     let bucket_dir = root.join("bench");
@@ -109,10 +100,10 @@ pub fn main(args: Args) -> Result {
     if args.endpoint.is_none() && !marker.exists() {
         eprintln!(
             "generating {} images in {} ...",
-            args.images,
+            args.dataset.images,
             bucket_dir.display()
         );
-        let spec = gen_data::spec(args.images, args.classes, args.seed, args.tiny);
+        let spec = args.dataset.spec();
         gen_data::write(&spec, &bucket_dir, !args.json)?;
         std::fs::write(&marker, b"")?;
     }

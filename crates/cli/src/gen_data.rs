@@ -8,48 +8,57 @@ use loader_testkit::{DatasetItem, DatasetSpec};
 
 use crate::Result;
 
+/// What dataset to generate: shared by `loader gen` and `loader bench`.
+#[derive(Debug, clap::Args)]
+pub struct DataArgs {
+    /// Number of images.
+    #[arg(long, default_value_t = 2000)]
+    pub images: usize,
+    /// Number of classes.
+    #[arg(long, default_value_t = 10)]
+    pub classes: usize,
+    /// Seed of all content.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Tiny 64x48 images instead of ImageNet-sized ones (for quick tries).
+    #[arg(long)]
+    pub tiny: bool,
+}
+
+impl DataArgs {
+    /// The dataset spec these arguments describe.
+    pub fn spec(&self) -> DatasetSpec {
+        let spec = if self.tiny {
+            DatasetSpec::tiny(self.images, self.classes)
+        } else {
+            DatasetSpec::imagenet(self.images, self.classes)
+        };
+        spec.with_seed(self.seed)
+    }
+}
+
 /// Arguments of `loader gen`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Directory to write `class_XXX/img_XXXXXX.jpg` into.
     dir: PathBuf,
-    /// Number of images.
-    #[arg(long, default_value_t = 2000)]
-    images: usize,
-    /// Number of classes.
-    #[arg(long, default_value_t = 10)]
-    classes: usize,
-    /// Seed of all content.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Tiny 64x48 images instead of ImageNet-sized ones (for quick tries).
-    #[arg(long)]
-    tiny: bool,
+    #[command(flatten)]
+    data: DataArgs,
 }
 
 pub fn main(args: Args) -> Result {
-    let spec = spec(args.images, args.classes, args.seed, args.tiny);
+    let spec = args.data.spec();
     let items = write(&spec, &args.dir, true)?;
     let bytes: u64 = items.iter().map(|i| i.size).sum();
     println!(
         "wrote {} images in {} classes to {} ({:.1} MB, {:.0} KB per image)",
         items.len(),
-        args.classes,
+        args.data.classes,
         args.dir.display(),
         bytes as f64 / 1e6,
         bytes as f64 / 1e3 / items.len().max(1) as f64
     );
     Ok(())
-}
-
-/// The dataset spec the CLI uses.
-pub fn spec(images: usize, classes: usize, seed: u64, tiny: bool) -> DatasetSpec {
-    let spec = if tiny {
-        DatasetSpec::tiny(images, classes)
-    } else {
-        DatasetSpec::imagenet(images, classes)
-    };
-    spec.with_seed(seed)
 }
 
 /// Write `spec` under `dir` on every core, showing progress when `progress` is set.
