@@ -80,6 +80,27 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
     }
 }
 
+/// The decoded buffer as an image, if it holds exactly the declared pixels; a decoder that
+/// returns less is reported, never indexed past its end.
+fn sized(
+    width: usize,
+    height: usize,
+    channels: usize,
+    data: Vec<u8>,
+    short: Kind,
+    why: &str,
+) -> Result<Image> {
+    if data.len() != width * height * channels {
+        return Err(DecodeError::new(short, why));
+    }
+    Ok(Image {
+        width,
+        height,
+        channels,
+        data,
+    })
+}
+
 fn check_budget(format: &str, width: usize, height: usize, options: &DecodeOptions) -> Result<()> {
     let pixels = width as u64 * height as u64;
     if pixels == 0 {
@@ -174,18 +195,14 @@ fn decode_jpeg_fallback(bytes: &[u8], options: &DecodeOptions) -> Result<Image> 
             ));
         }
     };
-    if data.len() != width * height * channels {
-        return Err(DecodeError::new(
-            Kind::Corrupt,
-            "JPEG: the decoder returned a short image",
-        ));
-    }
-    let image = Image {
+    let image = sized(
         width,
         height,
         channels,
         data,
-    };
+        Kind::Corrupt,
+        "JPEG: the decoder returned a short image",
+    )?;
     Ok(match (options.color, channels) {
         (ColorMode::Native, 1) | (_, 3) => image,
         (ColorMode::Rgb, 1) => image.into_rgb(),
@@ -230,18 +247,14 @@ fn decode_jpeg_zune(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
     );
     let data = decoder.decode().map_err(jpeg_error)?;
     let channels = out.num_components();
-    if data.len() != width * height * channels {
-        return Err(DecodeError::new(
-            Kind::Corrupt,
-            "JPEG: the decoder returned a short image",
-        ));
-    }
-    Ok(Image {
+    sized(
         width,
         height,
         channels,
         data,
-    })
+        Kind::Corrupt,
+        "JPEG: the decoder returned a short image",
+    )
 }
 
 fn png_error(err: PngDecodeErrors) -> DecodeError {
@@ -283,18 +296,14 @@ fn decode_png(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
             ));
         }
     };
-    if data.len() != width * height * channels {
-        return Err(DecodeError::new(
-            Kind::Truncated,
-            "PNG: the image data ends early",
-        ));
-    }
-    let image = Image {
+    let image = sized(
         width,
         height,
         channels,
         data,
-    };
+        Kind::Truncated,
+        "PNG: the image data ends early",
+    )?;
     Ok(match options.color {
         ColorMode::Rgb => image.into_rgb(),
         ColorMode::Native => image,

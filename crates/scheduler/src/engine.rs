@@ -42,6 +42,8 @@ pub struct Engine<T> {
     pool: Option<Pool>,
     /// Set on drop: blocking fetches waiting on the runtime give up at once.
     cancel: watch::Sender<bool>,
+    /// When a `Stream` consumer first polled for the batch it is still waiting for.
+    waiting_since: Option<Instant>,
 }
 
 impl<T> std::fmt::Debug for Engine<T> {
@@ -120,6 +122,7 @@ impl<T: Send + 'static> Engine<T> {
             own_runtime,
             pool: Some(pool),
             cancel,
+            waiting_since: None,
         })
     }
 
@@ -159,10 +162,14 @@ impl<T: Send + 'static> Stream for Engine<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Output<T>>> {
         let this = self.get_mut();
+        let waiting_since = *this.waiting_since.get_or_insert_with(Instant::now);
         let polled = this.out.poll_recv(cx);
-        if let Poll::Ready(Some(Ok(batch))) = &polled {
-            this.metrics
-                .batch_taken(batch.queued_at.elapsed(), std::time::Duration::ZERO);
+        if polled.is_ready() {
+            this.waiting_since = None;
+            if let Poll::Ready(Some(Ok(batch))) = &polled {
+                this.metrics
+                    .batch_taken(batch.queued_at.elapsed(), waiting_since.elapsed());
+            }
         }
         polled
     }
@@ -401,8 +408,7 @@ impl<T: Send + 'static> Driver<T> {
                                 if *shared.cancelled.borrow() {
                                     return;
                                 }
-                                let result = fetch_blocking(&shared, &sample).and_then(|bytes| run_stage(&shared, bytes, sample));
-                                let _ = shared.results.send((seq, result));
+                                load_blocking(&shared, seq, sample);
                             }
                         });
                         continue;
@@ -422,10 +428,7 @@ impl<T: Send + 'static> Driver<T> {
                         }
                         Fetch::Threads { .. } => {
                             let worker = Arc::clone(&shared);
-                            shared.pool.execute(move || {
-                                let result = fetch_blocking(&worker, &sample).and_then(|bytes| run_stage(&worker, bytes, sample));
-                                let _ = worker.results.send((seq, result));
-                            });
+                            shared.pool.execute(move || load_blocking(&worker, seq, sample));
                         }
                         Fetch::Sequential { .. } => {}
                     }
@@ -542,6 +545,12 @@ async fn fetch_then_decode<T: Send + 'static>(
             ));
         }
     }
+}
+
+/// The blocking strategies' item, on a pool thread: fetch, then decode, then report.
+fn load_blocking<T>(shared: &Shared<T>, seq: u64, sample: SampleInfo) {
+    let result = fetch_blocking(shared, &sample).and_then(|bytes| run_stage(shared, bytes, sample));
+    let _ = shared.results.send((seq, result));
 }
 
 /// A fetch's id in the trace: unique among overlapping fetches.

@@ -94,7 +94,7 @@ where
 }
 
 /// The URL without user info or query, which is where credentials hide.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match Url::parse(url) {
         Ok(mut u) => {
             let _ = u.set_username("");

@@ -119,16 +119,9 @@ fn host_port(url: &Url) -> String {
     }
 }
 
+/// The store's name: the URL without credentials, marked as going through opendal.
 fn url_name(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            format!("opendal+{}", u.as_str().trim_end_matches('/'))
-        }
-        Err(_) => format!("opendal+{url}"),
-    }
+    format!("opendal+{}", crate::url::redact(url))
 }
 
 /// opendal's errors for a range beyond the object's end: RangeNotSatisfied from fs, and a
