@@ -26,5 +26,5 @@ mod s3;
 
 pub use dataset::{DatasetItem, DatasetSpec};
 pub use http::HttpServer;
-pub use proxy::DelayProxy;
+pub use proxy::{DelayProxy, ProxyFaults, ProxyStats};
 pub use s3::S3Server;

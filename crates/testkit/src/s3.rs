@@ -20,7 +20,7 @@ pub struct S3Server {
     root: PathBuf,
     access_key: String,
     secret_key: String,
-    _background: Background,
+    background: Option<Background>,
 }
 
 impl fmt::Debug for S3Server {
@@ -40,7 +40,7 @@ impl S3Server {
         Self::start_on(root, 0)
     }
 
-    /// Serve `root` on `port` (0 for any free port), e.g. to restart on the same port.
+    /// Serve `root` on `port` (0 for any free port).
     pub fn start_on(root: impl AsRef<Path>, port: u16) -> io::Result<Self> {
         let mut rng = rand::rng();
         let access_key = format!(
@@ -49,26 +49,40 @@ impl S3Server {
         );
         let secret_key = Alphanumeric.sample_string(&mut rng, 40);
         let root = root.as_ref().to_path_buf();
-        let fs = s3s_fs::FileSystem::new(&root)
-            .map_err(|e| io::Error::other(format!("cannot serve {}: {e:?}", root.display())))?;
-        let mut builder = S3ServiceBuilder::new(fs);
-        builder.set_auth(SimpleAuth::from_single(
-            access_key.clone(),
-            secret_key.clone(),
-        ));
-        let service = builder.build();
-        let listener = bind(port)?;
-        let addr = listener.local_addr()?;
-        let background = Background::start("testkit-s3", 2, listener, move |listener, stop| {
-            serve_http(listener, service, stop)
-        })?;
+        let (addr, background) = serve(&root, port, &access_key, &secret_key)?;
         Ok(Self {
             addr,
             root,
             access_key,
             secret_key,
-            _background: background,
+            background: Some(background),
         })
+    }
+
+    /// Stop serving, as a crashed server would: open connections are cut and new ones
+    /// refused. The port and credentials are kept for [`Self::restart`].
+    pub fn stop(&mut self) {
+        self.background = None;
+    }
+
+    /// Serve again on the same port with the same credentials, after [`Self::stop`]
+    /// (a no-op while running).
+    pub fn restart(&mut self) -> io::Result<()> {
+        if self.background.is_none() {
+            let (_, background) = serve(
+                &self.root,
+                self.addr.port(),
+                &self.access_key,
+                &self.secret_key,
+            )?;
+            self.background = Some(background);
+        }
+        Ok(())
+    }
+
+    /// Whether it is serving (not [stopped](Self::stop)).
+    pub fn is_running(&self) -> bool {
+        self.background.is_some()
     }
 
     /// The socket address.
@@ -113,4 +127,26 @@ impl S3Server {
     pub fn options(&self) -> Vec<(String, String)> {
         self.options_for(&self.endpoint())
     }
+}
+
+fn serve(
+    root: &Path,
+    port: u16,
+    access_key: &str,
+    secret_key: &str,
+) -> io::Result<(SocketAddr, Background)> {
+    let fs = s3s_fs::FileSystem::new(root)
+        .map_err(|e| io::Error::other(format!("cannot serve {}: {e:?}", root.display())))?;
+    let mut builder = S3ServiceBuilder::new(fs);
+    builder.set_auth(SimpleAuth::from_single(
+        access_key.to_owned(),
+        secret_key.to_owned(),
+    ));
+    let service = builder.build();
+    let listener = bind(port)?;
+    let addr = listener.local_addr()?;
+    let background = Background::start("testkit-s3", 2, listener, move |listener, stop| {
+        serve_http(listener, service, stop)
+    })?;
+    Ok((addr, background))
 }
