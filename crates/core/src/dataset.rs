@@ -169,29 +169,29 @@ impl Dataset {
         block_on_own_thread(|| Self::manifest(store, key))
     }
 
+    /// Read a manifest whose labels must belong to known `classes` (e.g. the training
+    /// set's, for a validation manifest): see [`Dataset::parse_manifest_with_classes`].
+    pub async fn manifest_with_classes(
+        store: &dyn Storage,
+        key: &str,
+        classes: &[String],
+    ) -> Result<Self> {
+        let bytes = store.get(key).await?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            Error::Dataset(format!(
+                "manifest {key:?} on {} is not UTF-8: {e}",
+                store.name()
+            ))
+        })?;
+        Self::parse_manifest_with_classes(text, ManifestFormat::from_name(key), classes)
+    }
+
     /// Parse a manifest. Labels are integers, or class names mapped to indices through
     /// the sorted set of names. Errors name the line.
     pub fn parse_manifest(text: &str, format: ManifestFormat) -> Result<Self> {
         let lines = parse_lines(text, format)?;
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        for (line, key, _) in &lines {
-            if let Some(first) = seen.insert(key.as_str(), *line) {
-                return Err(Error::Dataset(format!(
-                    "line {line}: key {key:?} was already listed on line {first}"
-                )));
-            }
-        }
+        check_kinds(&lines, format)?;
         let named = lines.iter().any(|(_, _, l)| matches!(l, Label::Name(_)));
-        let numbered = lines.iter().find(|(_, _, l)| matches!(l, Label::Int(_)));
-        // In CSV every label is text, so "7" among names is just a name; JSON says which.
-        if named
-            && format == ManifestFormat::JsonLines
-            && let Some((line, _, _)) = numbered
-        {
-            return Err(Error::Dataset(format!(
-                "line {line}: a numeric label among class-name labels; use one kind"
-            )));
-        }
         let classes: Vec<String> = if named {
             lines
                 .iter()
@@ -202,6 +202,76 @@ impl Dataset {
         } else {
             Vec::new()
         };
+        Self::label(lines, classes, named)
+    }
+
+    /// Parse a manifest against a fixed class list: a class-name label must be one of
+    /// `classes` and an integer label an index into it, so a label the model does not
+    /// know is an error naming its line rather than a silently new class.
+    pub fn parse_manifest_with_classes(
+        text: &str,
+        format: ManifestFormat,
+        classes: &[String],
+    ) -> Result<Self> {
+        if classes.is_empty() {
+            return Err(Error::Dataset("the class list is empty".into()));
+        }
+        let lines = parse_lines(text, format)?;
+        check_kinds(&lines, format)?;
+        let known: HashMap<&str, i64> = classes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as i64))
+            .collect();
+        let shown = || {
+            let mut list = classes
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if classes.len() > 5 {
+                list.push_str(", ...");
+            }
+            format!("{list} ({} classes)", classes.len())
+        };
+        // In CSV, "7" is a name if there is such a class and an index otherwise.
+        let named = lines.iter().any(|(_, _, l)| match l {
+            Label::Name(_) => true,
+            Label::Int(v) => {
+                format == ManifestFormat::Csv && known.contains_key(v.to_string().as_str())
+            }
+        });
+        for (line, _, label) in &lines {
+            match label {
+                Label::Int(v) if !named => {
+                    if !(0..classes.len() as i64).contains(v) {
+                        return Err(Error::Dataset(format!(
+                            "line {line}: label {v} is not a class index of {}",
+                            shown()
+                        )));
+                    }
+                }
+                other => {
+                    if !known.contains_key(other.text().as_str()) {
+                        return Err(Error::Dataset(format!(
+                            "line {line}: unknown label {:?}; the classes are {}",
+                            other.text(),
+                            shown()
+                        )));
+                    }
+                }
+            }
+        }
+        Self::label(lines, classes.to_vec(), named)
+    }
+
+    /// Items with their labels: integers as they are, names as indices into `classes`.
+    fn label(
+        lines: Vec<(usize, String, Label)>,
+        classes: Vec<String>,
+        named: bool,
+    ) -> Result<Self> {
         let index: HashMap<&str, i64> = classes
             .iter()
             .enumerate()
@@ -222,6 +292,29 @@ impl Dataset {
             .collect();
         Ok(Self::from_items(items, classes))
     }
+}
+
+/// Duplicate keys, and (in JSON, which says which is which) numbers among names.
+fn check_kinds(lines: &[(usize, String, Label)], format: ManifestFormat) -> Result<()> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (line, key, _) in lines {
+        if let Some(first) = seen.insert(key.as_str(), *line) {
+            return Err(Error::Dataset(format!(
+                "line {line}: key {key:?} was already listed on line {first}"
+            )));
+        }
+    }
+    let named = lines.iter().any(|(_, _, l)| matches!(l, Label::Name(_)));
+    let numbered = lines.iter().find(|(_, _, l)| matches!(l, Label::Int(_)));
+    if named
+        && format == ManifestFormat::JsonLines
+        && let Some((line, _, _)) = numbered
+    {
+        return Err(Error::Dataset(format!(
+            "line {line}: a numeric label among class-name labels; use one kind"
+        )));
+    }
+    Ok(())
 }
 
 enum Label {
@@ -394,6 +487,54 @@ mod tests {
                 .to_string();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn labels_outside_a_known_class_list_are_errors_with_the_line() {
+        let classes: Vec<String> = ["cat", "dog"].map(String::from).to_vec();
+        let d = Dataset::parse_manifest_with_classes(
+            "a.jpg,dog\nb.jpg,cat\n",
+            ManifestFormat::Csv,
+            &classes,
+        )
+        .unwrap();
+        assert_eq!(d.classes(), classes);
+        assert_eq!(d.items()[0].label, 1);
+        // Only dogs: still indexed against both classes, not a class list of one.
+        let d = Dataset::parse_manifest_with_classes("a.jpg,dog\n", ManifestFormat::Csv, &classes)
+            .unwrap();
+        assert_eq!(d.items()[0].label, 1);
+        let d = Dataset::parse_manifest_with_classes("a.jpg,1\n", ManifestFormat::Csv, &classes)
+            .unwrap();
+        assert_eq!(d.items()[0].label, 1);
+        for (text, format, needle) in [
+            (
+                "a.jpg,dog\nb.jpg,cow\n",
+                ManifestFormat::Csv,
+                "line 2: unknown label \"cow\"; the classes are cat, dog (2 classes)",
+            ),
+            (
+                "a.jpg,0\nb.jpg,2\n",
+                ManifestFormat::Csv,
+                "line 2: label 2 is not a class index",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":-1}\n",
+                ManifestFormat::JsonLines,
+                "line 1: label -1 is not a class index",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":\"bird\"}\n",
+                ManifestFormat::JsonLines,
+                "line 1: unknown label \"bird\"",
+            ),
+        ] {
+            let err = Dataset::parse_manifest_with_classes(text, format, &classes)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+        assert!(Dataset::parse_manifest_with_classes("a,1", ManifestFormat::Csv, &[]).is_err());
     }
 
     #[test]

@@ -196,6 +196,9 @@ fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage>
         settings.push((config_key, value.clone()));
     }
     for (key, value) in settings {
+        if matches!(key, AmazonS3ConfigKey::Endpoint) {
+            check_endpoint(name, &value)?;
+        }
         if matches!(key, AmazonS3ConfigKey::Endpoint) && value.starts_with("http://") {
             builder = builder.with_config(client(ClientConfigKey::AllowHttp), "true");
         }
@@ -208,6 +211,26 @@ fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage>
         .map_err(|e| map_error(name, "", e).context("cannot configure S3"))?;
     let store = with_prefix(Arc::new(store), url);
     Ok(Arc::new(ObjectStoreAdapter::new(store, name, Flavor::S3)))
+}
+
+/// An endpoint must be an http(s) URL with a host; anything else would only fail at the
+/// first request, far from the typo.
+fn check_endpoint(name: &str, endpoint: &str) -> Result<()> {
+    let ok = Url::parse(endpoint)
+        .ok()
+        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(config_error(
+            name,
+            format!(
+                "the endpoint {:?} is not an http(s) URL with a host; write e.g. \
+                 https://s3.example.com or http://127.0.0.1:9000",
+                redact(endpoint)
+            ),
+        ))
+    }
 }
 
 fn http(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage> {
@@ -307,6 +330,20 @@ mod tests {
         assert!(err.to_string().contains("no bucket"), "{err}");
         let err = from_url("s3://bucket", [("aws_regoin", "us-east-1")]).unwrap_err();
         assert!(err.to_string().contains("aws_regoin"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_endpoint_says_what_to_write() {
+        for endpoint in ["localhost:9000", "127.0.0.1:9000", "ftp://host", "http://"] {
+            let err = from_url("s3://bucket", [("aws_endpoint", endpoint)]).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("http(s) URL") && text.contains("s3://bucket"),
+                "{endpoint}: {text}"
+            );
+        }
+        let err = from_url("http://", Vec::<(String, String)>::new()).unwrap_err();
+        assert!(!err.to_string().is_empty());
     }
 
     #[test]

@@ -337,6 +337,43 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_symlinked_directory_out_of_the_root_is_refused_too() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s3cr3t").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("escape")).unwrap();
+        let store = LocalStore::new(root.path()).unwrap();
+        let err = store.get("escape/secret").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+        assert!(store.get_range("escape/secret", 0..2).await.is_err());
+        assert!(store.head("escape/secret").await.is_err());
+        let listed: Vec<_> = store.list("").collect().await;
+        assert!(
+            listed.iter().all(|k| k.as_ref().is_err()),
+            "the outside file was listed: {listed:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_name_that_is_not_utf8_is_a_listing_error_not_a_silent_gap() {
+        use std::os::unix::ffi::OsStrExt;
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("good.jpg"), b"ok").unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"bad\xff\xfe.jpg");
+        std::fs::write(root.path().join(name), b"x").unwrap();
+        let store = LocalStore::new(root.path()).unwrap();
+        let listed: Vec<_> = store.list("").collect().await;
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        let err = listed
+            .iter()
+            .find_map(|k| k.as_ref().err())
+            .expect("the bad name is reported");
+        assert_eq!(err.kind(), ErrorKind::InvalidKey);
+        assert!(err.to_string().contains("UTF-8"), "{err}");
+        assert!(err.to_string().contains(store.name()), "{err}");
+    }
+
     #[test]
     fn missing_root_is_a_clear_error() {
         let err = LocalStore::new("/definitely/not/here").unwrap_err();
