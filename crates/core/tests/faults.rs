@@ -389,6 +389,9 @@ fn permanent_faults_fail_naming_key_and_cause_and_the_loader_stays_usable() {
             "epoch {epoch}: the error should name {:?} and {cause:?}: {text}",
             broken.key(bad)
         );
+        if bad != CORRUPT {
+            assert!(text.contains("s3://data"), "no backend in: {text}");
+        }
         let batch_start = (bad / 4 * 4) as u64;
         assert_eq!(delivered, (0..batch_start).collect::<Vec<_>>());
         let state = loader.state().unwrap();

@@ -1,5 +1,7 @@
 //! Real parts for loader's tests, benches, examples and CLI: an in-process S3 server, an
-//! HTTP static file server, a TCP delay proxy, and a synthetic ImageNet-like dataset.
+//! HTTP static file server, a TCP delay proxy (which can also cut or stall responses, see
+//! [`ProxyFaults`]), and a synthetic ImageNet-like dataset. The S3 server can be stopped and
+//! restarted on its port, as a crashed server comes back.
 //!
 //! Every server runs on 127.0.0.1 with an OS-chosen port on its own background thread and
 //! runtime, so it works the same from synchronous code and from inside a tokio runtime, and
