@@ -25,6 +25,7 @@ mod dataset;
 mod http;
 mod proxy;
 mod s3;
+mod s3_dir;
 
 pub use dataset::{DatasetItem, DatasetSpec};
 pub use http::HttpServer;

@@ -1,0 +1,154 @@
+//! s3s-fs with a cheaper whole-object GET, so the in-process server costs little CPU next to
+//! the client it serves on the same cores.
+//!
+//! s3s-fs reads an object through tokio's file API in 4 KB chunks (a blocking-pool hop per
+//! chunk) and, for files written straight to disk, MD5-hashes the whole file on every GET
+//! for its ETag. Profiled under a loader run, thread hand-offs and MD5 were most of the
+//! server's CPU. Here a whole-object GET of such a file is one blocking read, one body chunk,
+//! and an ETag computed once per (path, size, mtime). Everything else, including range
+//! GETs and objects uploaded through S3 (which carry stored metadata), goes to s3s-fs
+//! unchanged.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use s3s::crypto::{Checksum, Md5};
+use s3s::dto::*;
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
+
+/// The served directory: each top-level folder is a bucket.
+pub(crate) struct DirStore {
+    fs: s3s_fs::FileSystem,
+    root: PathBuf,
+    etags: Mutex<HashMap<PathBuf, (u64, SystemTime, String)>>,
+}
+
+impl DirStore {
+    pub(crate) fn new(root: &Path) -> std::io::Result<Self> {
+        let fs = s3s_fs::FileSystem::new(root).map_err(|e| {
+            std::io::Error::other(format!("cannot serve {}: {e:?}", root.display()))
+        })?;
+        Ok(Self {
+            fs,
+            root: root.canonicalize()?,
+            etags: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The file of `bucket/key` if the fast path may serve it: plain path segments only (so
+    /// nothing outside the root), and no s3s-fs metadata stored for it.
+    fn plain_file(&self, bucket: &str, key: &str) -> Option<PathBuf> {
+        let relative = Path::new(bucket).join(key);
+        if !relative
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+            || bucket.starts_with('.')
+        {
+            return None;
+        }
+        let encode = |s: &str| base64_simd::URL_SAFE_NO_PAD.encode_to_string(s);
+        let (b, k) = (encode(bucket), encode(key));
+        for sidecar in [
+            format!(".bucket-{b}.object-{k}.internal.json"),
+            format!(".bucket-{b}.object-{k}.metadata.json"),
+        ] {
+            if self.root.join(sidecar).exists() {
+                return None;
+            }
+        }
+        Some(self.root.join(relative))
+    }
+
+    fn etag(&self, path: &Path, len: u64, modified: SystemTime, bytes: &[u8]) -> String {
+        let cached = |etags: &HashMap<PathBuf, (u64, SystemTime, String)>| {
+            etags
+                .get(path)
+                .filter(|(l, m, _)| *l == len && *m == modified)
+                .map(|(_, _, e)| e.clone())
+        };
+        if let Some(etag) = self.etags.lock().ok().and_then(|e| cached(&e)) {
+            return etag;
+        }
+        let etag = hex_simd::encode_to_string(Md5::checksum(bytes), hex_simd::AsciiCase::Lower);
+        if let Ok(mut etags) = self.etags.lock() {
+            etags.insert(path.to_owned(), (len, modified, etag.clone()));
+        }
+        etag
+    }
+
+    async fn get_whole(&self, path: PathBuf) -> S3Result<S3Response<GetObjectOutput>> {
+        let read = tokio::task::spawn_blocking(move || {
+            let meta = std::fs::metadata(&path)?;
+            if !meta.is_file() {
+                return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+            }
+            let bytes = std::fs::read(&path)?;
+            Ok((path, meta, bytes))
+        })
+        .await
+        .map_err(|e| s3_error!(e, InternalError))?;
+        let (path, meta, bytes) = read.map_err(|e| s3_error!(e, NoSuchKey))?;
+        let modified = meta.modified().map_err(|e| s3_error!(e, InternalError))?;
+        let len = bytes.len() as u64;
+        let etag = self.etag(&path, len, modified, &bytes);
+        let length = i64::try_from(len).map_err(|e| s3_error!(e, InternalError))?;
+        let body = s3s::Body::from(Bytes::from(bytes));
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(StreamingBlob::from(body)),
+            content_length: Some(length),
+            last_modified: Some(Timestamp::from(modified)),
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+}
+
+/// The S3 operations s3s-fs implements go to it, except whole-object GETs of plain files.
+macro_rules! delegate_to_s3s_fs {
+    ($($op:ident($input:ident) -> $output:ident;)*) => {
+        #[async_trait::async_trait]
+        impl S3 for DirStore {
+            $(
+                async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
+                    self.fs.$op(req).await
+                }
+            )*
+
+            async fn get_object(
+                &self,
+                req: S3Request<GetObjectInput>,
+            ) -> S3Result<S3Response<GetObjectOutput>> {
+                let input = &req.input;
+                let whole = input.range.is_none() && input.part_number.is_none();
+                match whole.then(|| self.plain_file(&input.bucket, &input.key)).flatten() {
+                    Some(path) => self.get_whole(path).await,
+                    None => self.fs.get_object(req).await,
+                }
+            }
+        }
+    };
+}
+
+delegate_to_s3s_fs! {
+    create_bucket(CreateBucketInput) -> CreateBucketOutput;
+    copy_object(CopyObjectInput) -> CopyObjectOutput;
+    delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
+    delete_object(DeleteObjectInput) -> DeleteObjectOutput;
+    delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
+    get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+    head_bucket(HeadBucketInput) -> HeadBucketOutput;
+    head_object(HeadObjectInput) -> HeadObjectOutput;
+    list_buckets(ListBucketsInput) -> ListBucketsOutput;
+    list_objects(ListObjectsInput) -> ListObjectsOutput;
+    list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+    put_object(PutObjectInput) -> PutObjectOutput;
+    create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
+    upload_part(UploadPartInput) -> UploadPartOutput;
+    upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
+    list_parts(ListPartsInput) -> ListPartsOutput;
+    complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
+    abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
+}
