@@ -78,10 +78,20 @@ class ThreadedS3ImageFolder(S3ImageFolder):
         return list(self._pool.map(self.load, indices))
 
 
-def cpu_seconds():
+def cpu_seconds(iterator):
+    """User + system CPU of this process and of the loader's live worker processes
+    (RUSAGE_CHILDREN would count workers only once they have exited)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    total = own.ru_utime + own.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    for worker in getattr(iterator, "_workers", []):
+        try:
+            with open(f"/proc/{worker.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
 
 
 def main():
@@ -95,20 +105,26 @@ def main():
     p.add_argument("--workers", type=int, default=os.cpu_count())
     p.add_argument("--threads", type=int, default=16)
     p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--max-images", type=int, default=1000)
     a = p.parse_args()
     torch.set_num_threads(1)
     cls = ThreadedS3ImageFolder if a.variant == "threaded" else S3ImageFolder
     dataset = cls(a.endpoint, a.access_key, a.secret_key, a.bucket, a.threads)
     loader = DataLoader(dataset, batch_size=a.batch_size, num_workers=a.workers, persistent_workers=False)
-    start, cpu = time.perf_counter(), cpu_seconds()
-    images = 0
-    for x, _ in loader:
+    # As `loader bench`: the clock starts after a warm-up (workers started, prefetch filled).
+    iterator = iter(loader)
+    begun, clock, images = time.perf_counter(), None, 0
+    for x, _ in iterator:
+        if clock is None:
+            if time.perf_counter() - begun >= a.warmup:
+                clock = (time.perf_counter(), cpu_seconds(iterator))
+            continue
         images += x.shape[0]
-        if images >= a.max_images or time.perf_counter() - start >= a.seconds:
+        if images >= a.max_images or time.perf_counter() - clock[0] >= a.seconds:
             break
-    seconds = time.perf_counter() - start
-    used = cpu_seconds() - cpu
+    seconds = time.perf_counter() - clock[0]
+    used = cpu_seconds(iterator) - clock[1]
     print(json.dumps({
         "system": "pytorch " + a.variant,
         "workers": a.workers,

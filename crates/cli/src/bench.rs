@@ -50,7 +50,11 @@ pub struct Args {
     /// CPU threads for decoding (default: one per core).
     #[arg(long)]
     decode_threads: Option<usize>,
-    /// Each cell stops after this many seconds...
+    /// Seconds of each cell before its clock starts: the loader first fills its prefetch
+    /// and fetch window, work that timing from its start would charge to too few images.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Each cell stops this many seconds after its warm-up...
     #[arg(long, default_value_t = 8.0)]
     seconds: f64,
     /// ...or this many images, whichever comes first.
@@ -79,8 +83,11 @@ fn cpu_time() -> Duration {
 }
 
 pub fn main(args: Args) -> Result {
-    if args.batch_size == 0 || args.max_images == 0 || args.seconds <= 0.0 {
-        return Err("--batch-size, --max-images and --seconds must be positive".into());
+    if args.batch_size == 0 || args.max_images == 0 || args.seconds <= 0.0 || args.warmup < 0.0 {
+        return Err(
+            "--batch-size, --max-images and --seconds must be positive, --warmup not negative"
+                .into(),
+        );
     }
     if args.strategies.is_empty() {
         return Err("--strategies lists no strategy".into());
@@ -232,17 +239,21 @@ fn one_core_ceiling(store: &DynStorage, dataset: &Dataset) -> Result<f64> {
         Ok::<_, loader_core::storage::Error>(out)
     })?;
     let pipeline = Pipeline::imagenet_eval();
-    let start = Instant::now();
-    for (i, b) in bytes.iter().enumerate() {
-        pipeline.run(
-            b,
-            SampleKey {
-                epoch: 0,
-                index: i as u64,
-            },
-        )?;
+    let pass = |epoch: u64| -> Result<()> {
+        for (i, b) in bytes.iter().enumerate() {
+            let index = i as u64;
+            pipeline.run(b, SampleKey { epoch, index })?;
+        }
+        Ok(())
+    };
+    // Warm, as the cells are measured warm: one untimed pass, then passes for at least 1 s.
+    pass(0)?;
+    let (start, mut passes) = (Instant::now(), 0u64);
+    while passes == 0 || start.elapsed() < Duration::from_secs(1) {
+        passes += 1;
+        pass(passes)?;
     }
-    Ok(bytes.len() as f64 / start.elapsed().as_secs_f64().max(1e-9))
+    Ok((passes as usize * bytes.len()) as f64 / start.elapsed().as_secs_f64().max(1e-9))
 }
 
 /// Run one cell until its time or image budget is spent (across epochs if needed).
@@ -265,12 +276,24 @@ fn measure(
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
-    let limit = Duration::from_secs_f64(args.seconds);
-    let (start, cpu) = (Instant::now(), cpu_time());
+    let (limit, warmup) = (
+        Duration::from_secs_f64(args.seconds),
+        Duration::from_secs_f64(args.warmup),
+    );
+    // The clock, the CPU time and the bytes fetched when the warm-up ended.
+    let fetched = |loader: &DataLoader| loader.metrics().map_or(0, |m| m.summary().bytes);
+    let begun = Instant::now();
+    let mut clock = (warmup.is_zero()).then(|| (Instant::now(), cpu_time(), 0));
     let mut images = 0usize;
     'cells: loop {
-        for batch in &mut loader {
+        while let Some(batch) = loader.next() {
             let batch = batch?;
+            let Some((start, _, _)) = clock else {
+                if begun.elapsed() >= warmup {
+                    clock = Some((Instant::now(), cpu_time(), fetched(&loader)));
+                }
+                continue;
+            };
             images += batch.len();
             bar.set_message(format!(
                 "{row:<16} {:<10} {images:>5} images, {:.0} img/s",
@@ -282,12 +305,18 @@ fn measure(
             }
         }
     }
+    let Some((start, cpu, fetched_before)) = clock else {
+        return Err("the cell ended during its warm-up".into());
+    };
     let seconds = start.elapsed().as_secs_f64();
     let cpu = (cpu_time() - cpu).as_secs_f64();
     let summary = loader.metrics().map(|m| m.summary());
     drop(loader);
     bar.finish_and_clear();
-    let fetched = summary.as_ref().map_or(0, |s| s.bytes);
+    let fetched = summary
+        .as_ref()
+        .map_or(0, |s| s.bytes)
+        .saturating_sub(fetched_before);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Ok(Cell {
         row: row.to_owned(),
