@@ -53,7 +53,8 @@ fn dropping_the_loader_in_every_phase_returns_and_stops_everything() {
     .unwrap();
     let dataset =
         Dataset::image_folder_blocking(&*from_url("s3://data", server.options()).unwrap()).unwrap();
-    assert_eq!(loader_threads(), Vec::<String>::new());
+    // Listing ran on a joined `loader-dataset` thread, which may linger in /proc a moment.
+    assert_eq!(settled_thread_count(), 0, "{:?}", loader_threads());
 
     for fetch in [
         Fetch::Sequential { workers: 2 },
