@@ -154,14 +154,8 @@ impl Dataset {
 
     /// Read a manifest from the store and parse it (format from the key's extension).
     pub async fn manifest(store: &dyn Storage, key: &str) -> Result<Self> {
-        let bytes = store.get(key).await?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            Error::Dataset(format!(
-                "manifest {key:?} on {} is not UTF-8: {e}",
-                store.name()
-            ))
-        })?;
-        Self::parse_manifest(text, ManifestFormat::from_name(key))
+        let text = manifest_text(store, key).await?;
+        Self::parse_manifest(&text, ManifestFormat::from_name(key))
     }
 
     /// [`Dataset::manifest`] for synchronous callers.
@@ -176,14 +170,8 @@ impl Dataset {
         key: &str,
         classes: &[String],
     ) -> Result<Self> {
-        let bytes = store.get(key).await?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            Error::Dataset(format!(
-                "manifest {key:?} on {} is not UTF-8: {e}",
-                store.name()
-            ))
-        })?;
-        Self::parse_manifest_with_classes(text, ManifestFormat::from_name(key), classes)
+        let text = manifest_text(store, key).await?;
+        Self::parse_manifest_with_classes(&text, ManifestFormat::from_name(key), classes)
     }
 
     /// Parse a manifest. Labels are integers, or class names mapped to indices through
@@ -292,6 +280,17 @@ impl Dataset {
             .collect();
         Ok(Self::from_items(items, classes))
     }
+}
+
+/// The manifest at `key`, which must be UTF-8.
+async fn manifest_text(store: &dyn Storage, key: &str) -> Result<String> {
+    let bytes = store.get(key).await?;
+    String::from_utf8(bytes.to_vec()).map_err(|e| {
+        Error::Dataset(format!(
+            "manifest {key:?} on {} is not UTF-8: {e}",
+            store.name()
+        ))
+    })
 }
 
 /// Duplicate keys, and (in JSON, which says which is which) numbers among names.

@@ -170,6 +170,28 @@ fn shuffled(len: usize, seed: u64, epoch: u64) -> Vec<u64> {
         .collect()
 }
 
+/// One shuffled epoch of `served` through `store`: every index once, in the sampler's order,
+/// with the bytes of its file.
+fn shuffled_epoch_is_exact(
+    store: DynStorage,
+    served: &Served,
+    seed: u64,
+    fetch: Fetch,
+    what: &str,
+) {
+    let mut loader = checksums(store, &served.dataset)
+        .batch_size(16)
+        .shuffle(true)
+        .seed(seed)
+        .fetch(fetch)
+        .decode_threads(2)
+        .build()
+        .unwrap();
+    let delivered = one_epoch(&mut loader);
+    let order = shuffled(served.dataset.len(), seed, 0);
+    assert_exact(&delivered, &order, served, what);
+}
+
 #[test]
 fn transient_errors_and_stalls_lose_and_repeat_nothing() {
     const IMAGES: usize = 200;
@@ -183,17 +205,8 @@ fn transient_errors_and_stalls_lose_and_repeat_nothing() {
                 FaultConfig::transient(0.05, seed).with_stalls(0.01, Duration::from_secs(30)),
             ));
             let store = resilient(Arc::clone(&faults), Duration::from_millis(500), seed);
-            let mut loader = checksums(store, &served.dataset)
-                .batch_size(16)
-                .shuffle(true)
-                .seed(seed)
-                .fetch(fetch)
-                .decode_threads(2)
-                .build()
-                .unwrap();
-            let delivered = one_epoch(&mut loader);
             let what = format!("run {run}, {fetch:?}");
-            assert_exact(&delivered, &shuffled(IMAGES, seed, 0), &served, &what);
+            shuffled_epoch_is_exact(store, &served, seed, fetch, &what);
             assert!(faults.injected() > 0, "{what}: no error was injected");
             stalls += faults.stalled();
             eprintln!(
@@ -230,17 +243,8 @@ fn responses_cut_mid_way_or_stalled_by_the_network_are_retried() {
                 Duration::from_millis(500),
                 seed,
             );
-            let mut loader = checksums(store, &served.dataset)
-                .batch_size(16)
-                .shuffle(true)
-                .seed(seed)
-                .fetch(fetch)
-                .decode_threads(2)
-                .build()
-                .unwrap();
-            let delivered = one_epoch(&mut loader);
             let what = format!("run {run}, {fetch:?}");
-            assert_exact(&delivered, &shuffled(IMAGES, seed, 0), &served, &what);
+            shuffled_epoch_is_exact(store, &served, seed, fetch, &what);
             let stats = proxy.stats();
             assert!(stats.cut > 0, "{what}: no response was cut: {stats:?}");
             stalls += stats.stalled;

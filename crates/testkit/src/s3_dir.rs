@@ -62,38 +62,30 @@ impl DirStore {
         Some(self.root.join(relative))
     }
 
-    fn etag(&self, path: &Path, len: u64, modified: SystemTime, bytes: &[u8]) -> String {
-        let cached = |etags: &HashMap<PathBuf, (u64, SystemTime, String)>| {
-            etags
-                .get(path)
-                .filter(|(l, m, _)| *l == len && *m == modified)
-                .map(|(_, _, e)| e.clone())
-        };
-        if let Some(etag) = self.etags.lock().ok().and_then(|e| cached(&e)) {
-            return etag;
-        }
-        let etag = hex_simd::encode_to_string(Md5::checksum(bytes), hex_simd::AsciiCase::Lower);
-        if let Ok(mut etags) = self.etags.lock() {
-            etags.insert(path.to_owned(), (len, modified, etag.clone()));
-        }
-        etag
-    }
-
     async fn get_whole(&self, path: PathBuf) -> S3Result<S3Response<GetObjectOutput>> {
+        // The cached ETag goes in with the read and a fresh one (MD5) is computed there too,
+        // so hashing never runs on the server's async threads.
+        let cached = self.etags.lock().ok().and_then(|e| e.get(&path).cloned());
         let read = tokio::task::spawn_blocking(move || {
             let meta = std::fs::metadata(&path)?;
             if !meta.is_file() {
                 return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
             }
             let bytes = std::fs::read(&path)?;
-            Ok((path, meta, bytes))
+            let (len, modified) = (bytes.len() as u64, meta.modified()?);
+            let etag = match cached {
+                Some((l, m, etag)) if l == len && m == modified => etag,
+                _ => hex_simd::encode_to_string(Md5::checksum(&bytes), hex_simd::AsciiCase::Lower),
+            };
+            Ok((path, modified, bytes, etag))
         })
         .await
         .map_err(|e| s3_error!(e, InternalError))?;
-        let (path, meta, bytes) = read.map_err(|e| s3_error!(e, NoSuchKey))?;
-        let modified = meta.modified().map_err(|e| s3_error!(e, InternalError))?;
+        let (path, modified, bytes, etag) = read.map_err(|e| s3_error!(e, NoSuchKey))?;
         let len = bytes.len() as u64;
-        let etag = self.etag(&path, len, modified, &bytes);
+        if let Ok(mut etags) = self.etags.lock() {
+            etags.insert(path, (len, modified, etag.clone()));
+        }
         let length = i64::try_from(len).map_err(|e| s3_error!(e, InternalError))?;
         let body = s3s::Body::from(Bytes::from(bytes));
         Ok(S3Response::new(GetObjectOutput {
