@@ -5,15 +5,16 @@ use std::sync::Arc;
 use loader_decoder::{Sample, SampleData};
 use loader_scheduler::{ItemError, RawBatch};
 
+use crate::buffer::{Buffer, BufferPool, homed};
 use crate::{Dataset, Error, Result};
 
 /// The values of a batch, in one contiguous buffer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BatchData {
     /// f32 tensors, `[N, C, H, W]`.
-    F32(Vec<f32>),
+    F32(Buffer<f32>),
     /// u8 images, `[N, H, W, C]`.
-    U8(Vec<u8>),
+    U8(Buffer<u8>),
 }
 
 /// One batch of samples, ready to hand to a model without another copy.
@@ -79,14 +80,29 @@ impl Batch {
 
 /// The default collate: stack equally shaped samples into one buffer. Samples of
 /// different shapes cannot share a buffer; the error names the first odd one's key.
+/// (A [`DataLoader`](crate::DataLoader) collates the same way into buffers it reuses.)
 pub fn collate(raw: RawBatch<Sample>, dataset: &Dataset) -> Result<Batch> {
+    collate_into(raw, dataset, &BufferPool::default())
+}
+
+/// [`collate`] into a buffer of `pool`, to which the batch's buffer returns when dropped.
+pub(crate) fn collate_into(
+    raw: RawBatch<Sample>,
+    dataset: &Dataset,
+    pool: &BufferPool,
+) -> Result<Batch> {
     let n = raw.samples.len();
     let shape = raw.samples.first().map(|(_, s)| s.shape);
+    let len = n * shape.map_or(0, |[a, b, c]| a * b * c);
+    let is_u8 = matches!(raw.samples.first(), Some((_, s)) if matches!(s.data, SampleData::U8(_)));
     let mut labels = Vec::with_capacity(n);
     let mut indices = Vec::with_capacity(n);
     let mut keys = Vec::with_capacity(n);
-    let mut f32s: Vec<f32> = Vec::new();
-    let mut u8s: Vec<u8> = Vec::new();
+    let ((mut f32s, f32_home), (mut u8s, u8_home)) = if is_u8 {
+        (Default::default(), pool.u8s(len))
+    } else {
+        (pool.f32s(len), Default::default())
+    };
     for (info, sample) in raw.samples {
         if Some(sample.shape) != shape {
             return Err(Error::Collate(format!(
@@ -98,8 +114,8 @@ pub fn collate(raw: RawBatch<Sample>, dataset: &Dataset) -> Result<Batch> {
             )));
         }
         match sample.data {
-            SampleData::F32(v) if u8s.is_empty() => f32s.extend_from_slice(&v),
-            SampleData::U8(v) if f32s.is_empty() => u8s.extend_from_slice(&v),
+            SampleData::F32(v) if !is_u8 => f32s.extend_from_slice(&v),
+            SampleData::U8(v) if is_u8 => u8s.extend_from_slice(&v),
             _ => {
                 return Err(Error::Collate(format!(
                     "sample {} (key {:?}) mixes u8 and f32 output",
@@ -116,10 +132,10 @@ pub fn collate(raw: RawBatch<Sample>, dataset: &Dataset) -> Result<Batch> {
         keys.push(info.key);
     }
     let [a, b, c] = shape.unwrap_or_default();
-    let data = if u8s.is_empty() {
-        BatchData::F32(f32s)
+    let data = if is_u8 {
+        BatchData::U8(homed(u8s, u8_home))
     } else {
-        BatchData::U8(u8s)
+        BatchData::F32(homed(f32s, f32_home))
     };
     Ok(Batch {
         data,

@@ -37,11 +37,13 @@
 //! ```
 
 mod batch;
+mod buffer;
 mod dataset;
 mod error;
 mod loader;
 
 pub use batch::{Batch, BatchData, collate};
+pub use buffer::Buffer;
 pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat};
 pub use error::{Error, Result};
 pub use loader::{Collate, DataLoader, DataLoaderBuilder, LoaderState};

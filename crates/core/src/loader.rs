@@ -14,7 +14,8 @@ use loader_scheduler::{
 };
 use loader_storage::DynStorage;
 
-use crate::batch::{Batch, collate};
+use crate::batch::{Batch, collate_into};
+use crate::buffer::BufferPool;
 use crate::{Dataset, Error, Result};
 
 /// Where a loader stands: the epoch, and how many of its items were delivered (skipped
@@ -70,6 +71,12 @@ impl<T, B> std::fmt::Debug for DataLoader<T, B> {
     }
 }
 
+/// The default collate, into buffers that dropped batches hand back.
+fn pooled_collate() -> Collate<Sample, Batch> {
+    let pool = BufferPool::default();
+    Arc::new(move |raw, dataset| collate_into(raw, dataset, &pool))
+}
+
 fn pipeline_stage(pipeline: Pipeline) -> Stage<Sample> {
     Arc::new(
         move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
@@ -102,7 +109,7 @@ impl DataLoader {
             drop_last: false,
             sampler: None,
             stage: pipeline_stage(decode_only),
-            collate: Arc::new(collate),
+            collate: pooled_collate(),
             config: Config::default(),
         }
     }
@@ -233,7 +240,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
 impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
-        self.with_stage(pipeline_stage(pipeline), Arc::new(collate))
+        self.with_stage(pipeline_stage(pipeline), pooled_collate())
     }
 }
 

@@ -131,6 +131,34 @@ fn every_strategy_delivers_each_sampled_index_once_in_order_with_its_label() {
 }
 
 #[test]
+fn reused_batch_buffers_hold_the_same_values_as_fresh_ones() {
+    let f = fixture();
+    let build = || {
+        DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+            .batch_size(6)
+            .transform(small())
+            .build()
+            .unwrap()
+    };
+    // Every batch kept alive: none can reuse another's buffer.
+    let held: Vec<_> = build().map(Result::unwrap).collect();
+    assert_eq!(held.len(), 7);
+    // Each batch dropped before the next: the loader writes into the dropped buffers.
+    let mut reusing = build();
+    for (i, batch) in reusing.by_ref().enumerate() {
+        let batch = batch.unwrap();
+        assert_eq!(batch.shape, held[i].shape);
+        assert_eq!(batch.indices, held[i].indices);
+        assert!(batch.as_f32() == held[i].as_f32(), "batch {i} differs");
+    }
+    // A batch may outlive its loader.
+    let mut loader = build();
+    let first = loader.next().unwrap().unwrap();
+    drop(loader);
+    assert!(first.as_f32() == held[0].as_f32());
+}
+
+#[test]
 fn skip_delivers_or_reports_every_index_exactly_once() {
     let f = fixture();
     let faulty =
