@@ -66,8 +66,18 @@ impl Default for DecodeOptions {
 
 /// Decode `bytes` as whichever format they are.
 pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
+    decode_reusing(bytes, options, Vec::new())
+}
+
+/// [`decode`], writing JPEG pixels into `buffer`'s memory when it is large enough: a
+/// decode thread that hands back each image's buffer maps no fresh memory per image.
+pub(crate) fn decode_reusing(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    buffer: Vec<u8>,
+) -> Result<Image> {
     match Format::sniff(bytes) {
-        Some(Format::Jpeg) => decode_jpeg(bytes, options),
+        Some(Format::Jpeg) => decode_jpeg(bytes, options, buffer),
         Some(Format::Png) => decode_png(bytes, options),
         None if bytes.is_empty() => Err(DecodeError::new(Kind::Empty, "the data is empty")),
         None => Err(DecodeError::new(
@@ -144,10 +154,10 @@ fn jpeg_error(err: DecodeErrors) -> DecodeError {
     DecodeError::new(kind, format!("JPEG: {text}"))
 }
 
-fn decode_jpeg(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
+fn decode_jpeg(bytes: &[u8], options: &DecodeOptions, buffer: Vec<u8>) -> Result<Image> {
     let markers = jpeg_markers::inspect(bytes);
     let image = if jpeg_markers::zune_handles(&markers.sampling) {
-        decode_jpeg_zune(bytes, options)?
+        decode_jpeg_zune(bytes, options, buffer)?
     } else {
         decode_jpeg_fallback(bytes, options)?
     };
@@ -226,7 +236,7 @@ fn decode_jpeg_fallback(bytes: &[u8], options: &DecodeOptions) -> Result<Image> 
     })
 }
 
-fn decode_jpeg_zune(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
+fn decode_jpeg_zune(bytes: &[u8], options: &DecodeOptions, mut data: Vec<u8>) -> Result<Image> {
     // Strict mode: a truncated or damaged scan is an error, not silently grey pixels.
     let mut decoder =
         JpegDecoder::new_with_options(ZCursor::new(bytes), zune_options().set_strict_mode(true));
@@ -245,8 +255,12 @@ fn decode_jpeg_zune(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
             .set_strict_mode(true)
             .jpeg_set_out_colorspace(out),
     );
-    let data = decoder.decode().map_err(jpeg_error)?;
     let channels = out.num_components();
+    // Zeroed first, as zune's own `decode` does: a scan that ends early leaves the rest
+    // zero, never the pixels of the image this buffer held before.
+    data.clear();
+    data.resize(width * height * channels, 0);
+    decoder.decode_into(&mut data).map_err(jpeg_error)?;
     sized(
         width,
         height,

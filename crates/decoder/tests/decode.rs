@@ -465,3 +465,27 @@ fn huge_declared_sizes_are_refused_before_allocating() {
         DecodeErrorKind::TooLarge
     );
 }
+
+#[test]
+fn a_pipeline_reusing_its_pixel_buffer_decodes_each_image_afresh() {
+    let big = encode(&rgb_pixels(), ColorType::Rgb, |_| {});
+    let mut small = Vec::new();
+    Encoder::new(&mut small, 90)
+        .encode(&[250, 10, 10].repeat(16 * 8), 16, 8, ColorType::Rgb)
+        .unwrap();
+    let gray = encode(&gray_pixels(), ColorType::Luma, |_| {});
+    let pipeline = loader_decoder::Pipeline::builder().build().unwrap();
+    // Big, smaller, big again, gray: each on the buffer the one before left behind.
+    for (i, bytes) in [&big, &small, &big, &gray, &small].into_iter().enumerate() {
+        let fresh = rgb(bytes);
+        let sample = pipeline
+            .run(bytes, loader_decoder::SampleKey::default())
+            .unwrap();
+        assert_eq!(sample.shape, [fresh.height, fresh.width, 3], "image {i}");
+        assert_eq!(
+            sample.data,
+            loader_decoder::SampleData::U8(fresh.data),
+            "image {i}"
+        );
+    }
+}

@@ -345,3 +345,17 @@ fn resize_then_center_crop_equals_cropping_the_full_resize() {
         );
     }
 }
+
+#[test]
+fn f32_output_is_the_same_into_a_slot_as_into_a_new_buffer() {
+    // The training pipeline flips about half of the keys: both row orders are covered.
+    let pipeline = Pipeline::imagenet_train(3);
+    let image = coordinates(300, 200);
+    let mut slot = vec![0f32; 3 * 224 * 224];
+    for index in 0..8 {
+        let key = SampleKey { epoch: 0, index };
+        let (fresh, shape) = f32_out(&pipeline, &image, key);
+        let written = pipeline.apply_into_f32(&image, key, &mut slot).unwrap();
+        assert_eq!((written, &slot), (shape, &fresh), "key {index}");
+    }
+}
