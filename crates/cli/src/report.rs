@@ -60,8 +60,11 @@ pub struct Report {
     pub cores: usize,
     /// Batch size.
     pub batch_size: usize,
-    /// The evaluation pipeline alone on one core, images/s: the CPU ceiling's unit.
+    /// The evaluation pipeline alone on one core, images/s: the CPU ceiling's unit, the
+    /// median of the measurements below.
     pub one_core_pipeline_images_per_sec: f64,
+    /// Each measurement of it, before the first row and after each.
+    pub one_core_pipeline_runs: Vec<f64>,
     /// The cells, with ratios.
     pub cells: Vec<Derived>,
 }
@@ -70,7 +73,7 @@ impl Report {
     /// Compute the ratios.
     pub fn new(
         cells: Vec<Cell>,
-        ceiling: f64,
+        ceilings: Vec<f64>,
         cores: usize,
         batch_size: usize,
         command: String,
@@ -87,6 +90,7 @@ impl Report {
                 .find(|c| c.rtt_ms == Some(0) && c.strategy == strategy)
                 .map(|c| c.images_per_sec)
         };
+        let ceiling = median(&ceilings);
         let derived = cells
             .iter()
             .map(|c| Derived {
@@ -105,6 +109,7 @@ impl Report {
             cores,
             batch_size,
             one_core_pipeline_images_per_sec: ceiling,
+            one_core_pipeline_runs: ceilings,
             cells: derived,
         }
     }
@@ -112,10 +117,17 @@ impl Report {
     /// The results as a Markdown table.
     pub fn table(&self) -> String {
         let mut out = String::new();
+        let runs = &self.one_core_pipeline_runs;
+        let (low, high) = runs
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(l, h), r| (l.min(*r), h.max(*r)));
         let _ = writeln!(
             out,
-            "CPU ceiling: the evaluation pipeline alone runs at {:.0} images/s on one core; {} cores, batch {}.\n",
-            self.one_core_pipeline_images_per_sec, self.cores, self.batch_size
+            "CPU ceiling: the evaluation pipeline alone runs at {:.0} images/s on one core (median of {} runs between the rows, {low:.0}-{high:.0}); {} cores, batch {}.\n",
+            self.one_core_pipeline_images_per_sec,
+            runs.len(),
+            self.cores,
+            self.batch_size
         );
         let _ = writeln!(
             out,
@@ -243,5 +255,28 @@ impl Report {
             .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
         Ok(())
+    }
+}
+
+/// The middle value (the mean of the two middle ones for an even count); 0 for none.
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_no_runs() {
+        assert_eq!(median(&[390.0, 310.0, 420.0]), 390.0);
+        assert_eq!(median(&[400.0, 300.0, 350.0, 380.0]), 365.0);
+        assert_eq!(median(&[]), 0.0);
     }
 }
