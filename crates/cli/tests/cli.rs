@@ -77,6 +77,21 @@ fn bench_runs_a_tiny_matrix_end_to_end() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cells = json["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 6, "local + 2 RTTs, 2 strategies each");
+    let runs = json["one_core_pipeline_runs"].as_array().unwrap();
+    assert_eq!(
+        runs.len(),
+        4,
+        "the ceiling before the first row and after each of 3"
+    );
+    let ceiling = json["one_core_pipeline_images_per_sec"].as_f64().unwrap();
+    let (low, high) = runs
+        .iter()
+        .map(|r| r.as_f64().unwrap())
+        .fold((f64::INFINITY, 0f64), |(l, h), r| (l.min(r), h.max(r)));
+    assert!(
+        low <= ceiling && ceiling <= high,
+        "{ceiling} outside {low}-{high}"
+    );
     for cell in cells {
         assert!(cell["images"].as_u64().unwrap() >= 8, "{cell}");
         assert!(cell["images_per_sec"].as_f64().unwrap() > 0.0);
