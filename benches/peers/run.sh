@@ -55,7 +55,8 @@ import json, sys
 report = json.load(sys.stdin)
 for c in report["cells"]:
     print(json.dumps({"rtt_ms": c["rtt_ms"], "system": "loader " + c["strategy"], "images_per_sec": c["images_per_sec"],
-                      "cpu_ms_per_image": c["cpu_ms_per_image"], "one_core_runs": report["one_core_pipeline_runs"],
+                      "cpu_ms_per_image": c["cpu_ms_per_image"], "one_core": c["one_core_images_per_sec"],
+                      "one_core_runs": report["one_core_pipeline_runs"],
                       "cores": report["cores"]}))' >> "$results"
   kill $server; wait $server 2>/dev/null || true
   trap - EXIT
@@ -65,16 +66,27 @@ done
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {(r["rtt_ms"], r["system"]): r for r in rows}
-# The one-core speed moves with the machine's load: the median of every measurement.
-runs = {(r["rtt_ms"], x) for r in rows for x in r.get("one_core_runs", [])}
 cores = max((r.get("cores", 0) for r in rows), default=0)
-ceiling = cores * statistics.median(x for _, x in runs) if runs else 0
-print(f"CPU ceiling (cores x one-core pipeline, median of {len(runs)} runs): {ceiling:.0f} img/s\n")
-print("| RTT ms | system | img/s | CPU ms/img | vs pytorch vanilla | vs pytorch threaded | efficiency |")
-print("|---:|---|---:|---:|---:|---:|---:|")
+# The one-core speed moves with the machine's load, so each row is set against the one
+# measured beside it: a loader cell against the runs just before and after it, a PyTorch
+# run against the median of its RTT's loader runs (taken a minute or so later).
+runs = {}
+for r in rows:
+    runs.setdefault(r["rtt_ms"], set()).update(r.get("one_core_runs", []))
+def one_core(r):
+    if "one_core" in r:
+        return r["one_core"]
+    return statistics.median(runs[r["rtt_ms"]]) if runs.get(r["rtt_ms"]) else 0
+every = [x for xs in runs.values() for x in xs]
+if every:
+    print(f"CPU ceiling: one-core pipeline {statistics.median(every):.0f} img/s (median of {len(every)} runs, "
+          f"{min(every):.0f}-{max(every):.0f}) x {cores} cores\n")
+print("| RTT ms | system | img/s | CPU ms/img | vs pytorch vanilla | vs pytorch threaded | 1-core img/s | efficiency |")
+print("|---:|---|---:|---:|---:|---:|---:|---:|")
 for (rtt, system), r in sorted(by.items()):
     v, t = by.get((rtt, "pytorch vanilla")), by.get((rtt, "pytorch threaded"))
     ratio = lambda b: f"{r['images_per_sec'] / b['images_per_sec']:.1f}x" if b else "–"
-    eff = f"{100 * r['images_per_sec'] / ceiling:.0f}%" if ceiling else "–"
-    print(f"| {rtt} | {system} | {r['images_per_sec']:.0f} | {r['cpu_ms_per_image']:.2f} | {ratio(v)} | {ratio(t)} | {eff} |")
+    unit = one_core(r)
+    eff = f"{100 * r['images_per_sec'] / (cores * unit):.0f}%" if unit and cores else "–"
+    print(f"| {rtt} | {system} | {r['images_per_sec']:.0f} | {r['cpu_ms_per_image']:.2f} | {ratio(v)} | {ratio(t)} | {unit:.0f} | {eff} |")
 PY

@@ -35,6 +35,9 @@ pub struct Cell {
     pub wait_p99_ms: f64,
     /// The engine's bottleneck line.
     pub bottleneck: String,
+    /// The evaluation pipeline alone on one core, images/s, measured just before and just
+    /// after this cell (their mean): the unit of its efficiency.
+    pub one_core_images_per_sec: f64,
 }
 
 /// A cell with the ratios that need the other cells.
@@ -47,7 +50,7 @@ pub struct Derived {
     pub speedup_over_sequential: Option<f64>,
     /// Images/s over the same strategy's at 0 ms RTT.
     pub latency_hiding: Option<f64>,
-    /// Images/s over cores x the one-core pipeline's images/s.
+    /// Images/s over cores x the one-core pipeline's images/s beside this cell.
     pub efficiency: f64,
 }
 
@@ -60,10 +63,10 @@ pub struct Report {
     pub cores: usize,
     /// Batch size.
     pub batch_size: usize,
-    /// The evaluation pipeline alone on one core, images/s: the CPU ceiling's unit, the
-    /// median of the measurements below.
+    /// The evaluation pipeline alone on one core, images/s: the median of the
+    /// measurements below, for the plot's ceiling line.
     pub one_core_pipeline_images_per_sec: f64,
-    /// Each measurement of it, before the first row and after each.
+    /// Each measurement of it, before the first cell and after each.
     pub one_core_pipeline_runs: Vec<f64>,
     /// The cells, with ratios.
     pub cells: Vec<Derived>,
@@ -100,7 +103,7 @@ impl Report {
                     .rtt_ms
                     .and(at_zero(c.strategy))
                     .map(|z| c.images_per_sec / z.max(1e-9)),
-                efficiency: c.images_per_sec / (cores as f64 * ceiling).max(1e-9),
+                efficiency: c.images_per_sec / (cores as f64 * c.one_core_images_per_sec).max(1e-9),
                 cell: c.clone(),
             })
             .collect();
@@ -123,7 +126,7 @@ impl Report {
             .fold((f64::INFINITY, 0f64), |(l, h), r| (l.min(*r), h.max(*r)));
         let _ = writeln!(
             out,
-            "CPU ceiling: the evaluation pipeline alone runs at {:.0} images/s on one core (median of {} runs between the rows, {low:.0}-{high:.0}); {} cores, batch {}.\n",
+            "CPU ceiling: the evaluation pipeline alone runs at {:.0} images/s on one core (median of {} runs, one before the first cell and one after each: {low:.0}-{high:.0}); {} cores, batch {}. Each cell's efficiency is img/s over cores x the mean of the two runs beside it (the 1-core column).\n",
             self.one_core_pipeline_images_per_sec,
             runs.len(),
             self.cores,
@@ -131,15 +134,18 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "| storage | strategy | img/s | MB/s | CPU ms/img | wait p50 ms | wait p99 ms | vs sequential | latency hiding | efficiency |"
+            "| storage | strategy | img/s | MB/s | CPU ms/img | wait p50 ms | wait p99 ms | vs sequential | latency hiding | 1-core img/s | efficiency |"
         );
-        let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
         let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}x"));
         for d in &self.cells {
             let c = &d.cell;
             let _ = writeln!(
                 out,
-                "| {} | {} ({}) | {:.0} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {} | {:.0}% |",
+                "| {} | {} ({}) | {:.0} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {} | {:.0} | {:.0}% |",
                 c.row,
                 format!("{:?}", c.strategy).to_lowercase(),
                 c.concurrency,
@@ -150,6 +156,7 @@ impl Report {
                 c.wait_p99_ms,
                 ratio(d.speedup_over_sequential),
                 ratio(d.latency_hiding),
+                c.one_core_images_per_sec,
                 d.efficiency * 100.0
             );
         }

@@ -80,8 +80,8 @@ fn bench_runs_a_tiny_matrix_end_to_end() {
     let runs = json["one_core_pipeline_runs"].as_array().unwrap();
     assert_eq!(
         runs.len(),
-        4,
-        "the ceiling before the first row and after each of 3"
+        7,
+        "the ceiling before the first cell and after each of 6"
     );
     let ceiling = json["one_core_pipeline_images_per_sec"].as_f64().unwrap();
     let (low, high) = runs
@@ -95,7 +95,15 @@ fn bench_runs_a_tiny_matrix_end_to_end() {
     for cell in cells {
         assert!(cell["images"].as_u64().unwrap() >= 8, "{cell}");
         assert!(cell["images_per_sec"].as_f64().unwrap() > 0.0);
-        assert!(cell["efficiency"].as_f64().unwrap() > 0.0);
+        // Efficiency is taken against the ceiling measured beside the cell.
+        let beside = cell["one_core_images_per_sec"].as_f64().unwrap();
+        assert!(low <= beside && beside <= high, "{cell}");
+        let cores = json["cores"].as_f64().unwrap();
+        let want = cell["images_per_sec"].as_f64().unwrap() / (cores * beside);
+        assert!(
+            (cell["efficiency"].as_f64().unwrap() - want).abs() < 1e-9,
+            "{cell}"
+        );
     }
     let at20 = cells
         .iter()
