@@ -85,7 +85,8 @@ pub fn collate(raw: RawBatch<Sample>, dataset: &Dataset) -> Result<Batch> {
     collate_into(raw, dataset, &BufferPool::default())
 }
 
-/// [`collate`] into a buffer of `pool`, to which the batch's buffer returns when dropped.
+/// [`collate`] into a buffer of `pool`, to which the batch's buffer returns when dropped;
+/// the samples' buffers go to `pool` at once, for the decode threads.
 pub(crate) fn collate_into(
     raw: RawBatch<Sample>,
     dataset: &Dataset,
@@ -114,8 +115,14 @@ pub(crate) fn collate_into(
             )));
         }
         match sample.data {
-            SampleData::F32(v) if !is_u8 => f32s.extend_from_slice(&v),
-            SampleData::U8(v) if is_u8 => u8s.extend_from_slice(&v),
+            SampleData::F32(v) if !is_u8 => {
+                f32s.extend_from_slice(&v);
+                pool.f32_samples.put(v);
+            }
+            SampleData::U8(v) if is_u8 => {
+                u8s.extend_from_slice(&v);
+                pool.u8_samples.put(v);
+            }
             _ => {
                 return Err(Error::Collate(format!(
                     "sample {} (key {:?}) mixes u8 and f32 output",

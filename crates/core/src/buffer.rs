@@ -1,19 +1,66 @@
-//! Batch buffers that go back to their loader when dropped.
+//! Buffers that go back to their loader when dropped: batches', and samples' once collated.
 //!
 //! A batch of 64 ImageNet tensors is 38.5 MB, more than glibc serves from its heap, so a
 //! fresh buffer per batch is a fresh mapping: ~9,400 page faults to fill it and an unmap
 //! to free it, 10-15% of the loader's CPU in a profile of `loader run`. A buffer handed
-//! back by a dropped batch is already mapped.
+//! back by a dropped batch is already mapped. A sample's 602 KB tensor, made on a decode
+//! thread and freed on the consumer's, was faulted in afresh each time as well.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, Weak};
 
-/// Buffers kept for reuse, of one element type.
-type Shelf<T> = Mutex<Vec<Vec<T>>>;
+/// Buffers kept for reuse, of one element type, up to a count and a size.
+#[derive(Debug)]
+pub(crate) struct Shelf<T> {
+    kept: Mutex<Vec<Vec<T>>>,
+    max_count: usize,
+    max_bytes: usize,
+}
 
-/// Buffers kept per element type: enough for a consumer that holds a few batches at once
-/// (e.g. one being copied to a GPU while the next is filled); more are freed.
-const KEEP: usize = 4;
+impl<T> Shelf<T> {
+    fn new(max_count: usize, max_bytes: usize) -> Self {
+        Self {
+            kept: Mutex::new(Vec::new()),
+            max_count,
+            max_bytes,
+        }
+    }
+
+    /// Keep `vec`'s memory if there is room; its values are dropped.
+    pub(crate) fn put(&self, mut vec: Vec<T>) {
+        if vec.capacity() == 0 {
+            return;
+        }
+        vec.clear();
+        // A poisoned lock only means a thread panicked while pushing; the list of
+        // buffers is still whole.
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = |v: &Vec<T>| v.capacity() * size_of::<T>();
+        if kept.len() < self.max_count
+            && kept.iter().map(bytes).sum::<usize>() + bytes(&vec) <= self.max_bytes
+        {
+            kept.push(vec);
+        }
+    }
+
+    /// An empty buffer with room for `len` values, reused if one is kept.
+    pub(crate) fn take(&self, len: usize) -> Vec<T> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut vec = kept.unwrap_or_default();
+        vec.reserve_exact(len);
+        vec
+    }
+}
+
+/// Batch buffers kept per element type: enough for a consumer that holds a few batches at
+/// once (e.g. one being copied to a GPU while the next is filled); more are freed.
+const KEEP_BATCHES: usize = 4;
+
+/// Sample buffers kept per element type: a batch's worth comes back at each collate, and
+/// the decode threads take them while the next batch is made. Bounded in bytes too, for
+/// large images.
+const KEEP_SAMPLES: usize = 256;
+const KEEP_SAMPLE_BYTES: usize = 64 << 20;
 
 /// The values of a batch: a `Vec` that, when dropped, goes back to the loader that filled
 /// it, to hold a later batch. Reads and writes as a slice; [`into_vec`](Self::into_vec)
@@ -32,19 +79,8 @@ impl<T> Buffer<T> {
 
 impl<T> Drop for Buffer<T> {
     fn drop(&mut self) {
-        let Some(shelf) = self.home.upgrade() else {
-            return;
-        };
-        let mut vec = std::mem::take(&mut self.vec);
-        if vec.capacity() == 0 {
-            return;
-        }
-        vec.clear();
-        // A poisoned lock only means a thread panicked while pushing; the list of
-        // buffers is still whole.
-        let mut shelf = shelf.lock().unwrap_or_else(|e| e.into_inner());
-        if shelf.len() < KEEP {
-            shelf.push(vec);
+        if let Some(shelf) = self.home.upgrade() {
+            shelf.put(std::mem::take(&mut self.vec));
         }
     }
 }
@@ -93,30 +129,38 @@ impl<T> std::fmt::Debug for Buffer<T> {
     }
 }
 
-/// Where a loader's dropped batch buffers wait for the next batches.
-#[derive(Debug, Default)]
+/// Where a loader's dropped batch buffers and collated sample buffers wait for reuse.
+#[derive(Debug)]
 pub(crate) struct BufferPool {
     f32s: Arc<Shelf<f32>>,
     u8s: Arc<Shelf<u8>>,
+    /// Sample tensors, handed back by the collate to the decode threads.
+    pub(crate) f32_samples: Shelf<f32>,
+    /// Sample images, likewise.
+    pub(crate) u8_samples: Shelf<u8>,
+}
+
+impl Default for BufferPool {
+    fn default() -> Self {
+        Self {
+            f32s: Arc::new(Shelf::new(KEEP_BATCHES, usize::MAX)),
+            u8s: Arc::new(Shelf::new(KEEP_BATCHES, usize::MAX)),
+            f32_samples: Shelf::new(KEEP_SAMPLES, KEEP_SAMPLE_BYTES),
+            u8_samples: Shelf::new(KEEP_SAMPLES, KEEP_SAMPLE_BYTES),
+        }
+    }
 }
 
 impl BufferPool {
-    /// An empty f32 buffer with room for `len` values, reused if one is kept.
+    /// An empty f32 batch buffer with room for `len` values, reused if one is kept.
     pub(crate) fn f32s(&self, len: usize) -> (Vec<f32>, Weak<Shelf<f32>>) {
-        take(&self.f32s, len)
+        (self.f32s.take(len), Arc::downgrade(&self.f32s))
     }
 
-    /// An empty u8 buffer with room for `len` values, reused if one is kept.
+    /// An empty u8 batch buffer with room for `len` values, reused if one is kept.
     pub(crate) fn u8s(&self, len: usize) -> (Vec<u8>, Weak<Shelf<u8>>) {
-        take(&self.u8s, len)
+        (self.u8s.take(len), Arc::downgrade(&self.u8s))
     }
-}
-
-fn take<T>(shelf: &Arc<Shelf<T>>, len: usize) -> (Vec<T>, Weak<Shelf<T>>) {
-    let kept = shelf.lock().unwrap_or_else(|e| e.into_inner()).pop();
-    let mut vec = kept.unwrap_or_default();
-    vec.reserve_exact(len);
-    (vec, Arc::downgrade(shelf))
 }
 
 /// A filled buffer that goes back to `home` when dropped.
@@ -132,8 +176,8 @@ mod tests {
 
     fn kept(pool: &BufferPool) -> (usize, usize) {
         (
-            pool.f32s.lock().unwrap().len(),
-            pool.u8s.lock().unwrap().len(),
+            pool.f32s.kept.lock().unwrap().len(),
+            pool.u8s.kept.lock().unwrap().len(),
         )
     }
 
@@ -180,13 +224,29 @@ mod tests {
     #[test]
     fn only_a_few_buffers_are_kept() {
         let pool = BufferPool::default();
-        let buffers: Vec<_> = (0..KEEP + 3)
+        let buffers: Vec<_> = (0..KEEP_BATCHES + 3)
             .map(|_| {
                 let (vec, home) = pool.u8s(16);
                 homed(vec, home)
             })
             .collect();
         drop(buffers);
-        assert_eq!(kept(&pool), (0, KEEP));
+        assert_eq!(kept(&pool), (0, KEEP_BATCHES));
+    }
+
+    #[test]
+    fn sample_shelves_are_bounded_in_count_and_bytes() {
+        let shelf = Shelf::<f32>::new(3, 1000);
+        for _ in 0..5 {
+            shelf.put(vec![1.0; 100]); // 400 bytes each: two fit in 1000
+        }
+        assert_eq!(shelf.kept.lock().unwrap().len(), 2);
+        let reused = shelf.take(50);
+        assert!(reused.is_empty() && reused.capacity() >= 100);
+        let small = Shelf::<u8>::new(3, usize::MAX);
+        for _ in 0..5 {
+            small.put(vec![0; 8]);
+        }
+        assert_eq!(small.kept.lock().unwrap().len(), 3);
     }
 }

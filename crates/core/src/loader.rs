@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::Stream;
-use loader_decoder::{Pipeline, Sample, SampleKey};
+use loader_decoder::{Output, Pipeline, Sample, SampleData, SampleKey};
 use loader_sampler::{BatchSampler, RandomSampler, Sampler, SamplerState, SequentialSampler};
 use loader_scheduler::{
     BatchPlan, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
@@ -71,24 +71,25 @@ impl<T, B> std::fmt::Debug for DataLoader<T, B> {
     }
 }
 
-/// The default collate, into buffers that dropped batches hand back.
-fn pooled_collate() -> Collate<Sample, Batch> {
-    let pool = BufferPool::default();
-    Arc::new(move |raw, dataset| collate_into(raw, dataset, &pool))
-}
-
-fn pipeline_stage(pipeline: Pipeline) -> Stage<Sample> {
-    Arc::new(
-        move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
-            Ok(pipeline.run(
-                &bytes,
-                SampleKey {
-                    epoch: info.epoch,
-                    index: info.index,
-                },
-            )?)
-        },
-    )
+/// The CPU stage of `pipeline` and the default collate, sharing buffers: the collate hands
+/// each sample's buffer back for the stage to write a later sample into, and each dropped
+/// batch hands its buffer back for a later batch.
+fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Sample, Batch>) {
+    let pool = Arc::new(BufferPool::default());
+    let shared = Arc::clone(&pool);
+    let stage = move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
+        let reuse = match pipeline.output() {
+            Output::F32Chw { .. } => SampleData::F32(shared.f32_samples.take(0)),
+            Output::U8Hwc => SampleData::U8(shared.u8_samples.take(0)),
+        };
+        let key = SampleKey {
+            epoch: info.epoch,
+            index: info.index,
+        };
+        Ok(pipeline.run_reusing(&bytes, key, reuse)?)
+    };
+    let collate = move |raw, dataset: &Dataset| collate_into(raw, dataset, &pool);
+    (Arc::new(stage), Arc::new(collate))
 }
 
 impl DataLoader {
@@ -100,6 +101,7 @@ impl DataLoader {
         let decode_only = Pipeline::builder()
             .build()
             .unwrap_or_else(|_| Pipeline::imagenet_eval());
+        let (stage, collate) = pipeline_stage(decode_only);
         DataLoaderBuilder {
             storage,
             dataset,
@@ -108,8 +110,8 @@ impl DataLoader {
             seed: 0,
             drop_last: false,
             sampler: None,
-            stage: pipeline_stage(decode_only),
-            collate: pooled_collate(),
+            stage,
+            collate,
             config: Config::default(),
         }
     }
@@ -240,7 +242,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
 impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
-        self.with_stage(pipeline_stage(pipeline), pooled_collate())
+        let (stage, collate) = pipeline_stage(pipeline);
+        self.with_stage(stage, collate)
     }
 }
 

@@ -456,18 +456,48 @@ impl Pipeline {
 
     /// Transform a decoded image into a new buffer.
     pub fn apply(&self, image: &Image, key: SampleKey) -> Result<Sample> {
+        self.apply_reusing(image, key, None)
+    }
+
+    /// [`run`](Self::run), writing the output into the memory of `reuse` (e.g. the data of
+    /// a sample already consumed) when it is of the output's type; its values are
+    /// discarded. A loader that hands consumed samples back allocates no fresh memory per
+    /// sample.
+    pub fn run_reusing(&self, bytes: &[u8], key: SampleKey, reuse: SampleData) -> Result<Sample> {
+        with_pixels(bytes, &self.inner.decode, |image| {
+            self.apply_reusing(image, key, Some(reuse))
+        })
+    }
+
+    fn apply_reusing(
+        &self,
+        image: &Image,
+        key: SampleKey,
+        reuse: Option<SampleData>,
+    ) -> Result<Sample> {
         let view = self.transform(image, key)?;
         let (h, w, c) = (view.rect.h, view.rect.w, view.image.channels);
         match self.inner.output {
             Output::U8Hwc => {
-                let mut out = vec![0u8; h * w * c];
+                let mut out = match reuse {
+                    Some(SampleData::U8(v)) => v,
+                    _ => Vec::new(),
+                };
+                out.clear();
+                out.resize(h * w * c, 0);
                 let shape = self.write_u8(&view, &mut out)?;
                 Ok(Sample {
                     shape,
                     data: SampleData::U8(out),
                 })
             }
-            Output::F32Chw { .. } => self.push_f32(&view),
+            Output::F32Chw { .. } => {
+                let out = match reuse {
+                    Some(SampleData::F32(v)) => v,
+                    _ => Vec::new(),
+                };
+                self.push_f32(&view, out)
+            }
         }
     }
 
@@ -611,10 +641,11 @@ impl Pipeline {
         }))
     }
 
-    /// The f32 output, without first zeroing a buffer it then overwrites.
-    fn push_f32(&self, view: &View<'_>) -> Result<Sample> {
+    /// The f32 output in `out`'s memory, without first zeroing values it then overwrites.
+    fn push_f32(&self, view: &View<'_>, mut out: Vec<f32>) -> Result<Sample> {
         let (r, c, flip) = (view.rect, view.image.channels, view.flip);
-        let mut out = Vec::with_capacity(r.h * r.w * c);
+        out.clear();
+        out.reserve_exact(r.h * r.w * c);
         for (row, ch, table) in self.f32_rows(view)? {
             let pixels = row.chunks_exact(c);
             if flip {

@@ -489,3 +489,29 @@ fn a_pipeline_reusing_its_pixel_buffer_decodes_each_image_afresh() {
         );
     }
 }
+
+#[test]
+fn a_reused_output_buffer_holds_exactly_the_new_sample() {
+    use loader_decoder::{Pipeline, SampleData, SampleKey};
+    let jpeg = encode(&rgb_pixels(), ColorType::Rgb, |_| {});
+    let key = SampleKey { epoch: 1, index: 2 };
+    let f32s = Pipeline::builder()
+        .center_crop(32)
+        .to_tensor_normalized(&[0.5; 3], &[0.25; 3])
+        .build()
+        .unwrap();
+    let u8s = Pipeline::builder().center_crop(32).build().unwrap();
+    for pipeline in [&f32s, &u8s] {
+        let fresh = pipeline.run(&jpeg, key).unwrap();
+        // Stale values, longer or shorter than the output, or of the other type.
+        for reuse in [
+            SampleData::F32(vec![9.0; 10_000]),
+            SampleData::F32(vec![9.0; 3]),
+            SampleData::U8(vec![7; 10_000]),
+            SampleData::U8(Vec::new()),
+        ] {
+            let again = pipeline.run_reusing(&jpeg, key, reuse).unwrap();
+            assert_eq!(again, fresh);
+        }
+    }
+}
