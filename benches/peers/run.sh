@@ -15,7 +15,7 @@ cache=${LOADER_CACHE:-$HOME/.cache/loader}
 venv=$cache/peers-venv
 data=$cache/peers-data
 seconds=${SECONDS_PER_CELL:-8}
-max_images=${MAX_IMAGES:-1000}
+max_images=${MAX_IMAGES:-3000}
 out=${OUT:-bench-report/peers}
 mkdir -p "$cache" "$out"
 
