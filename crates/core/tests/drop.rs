@@ -17,20 +17,13 @@ use loader_testkit::{DatasetSpec, DelayProxy, ProxyFaults, S3Server};
 const HANG_LIMIT: Duration = Duration::from_secs(60);
 
 fn loader_threads() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(THREAD_PREFIX))
-        .collect()
+    loader_testkit::threads_named(THREAD_PREFIX).unwrap()
 }
 
-/// The count once joined threads are reaped (they linger in /proc for a moment).
 fn settled_thread_count() -> usize {
-    let start = Instant::now();
-    while !loader_threads().is_empty() && start.elapsed() < HANG_LIMIT {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    loader_threads().len()
+    loader_testkit::settled_threads_named(THREAD_PREFIX, HANG_LIMIT)
+        .unwrap()
+        .len()
 }
 
 #[test]

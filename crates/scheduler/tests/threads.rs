@@ -14,25 +14,13 @@ use loader_storage::{DynStorage, StorageExt, from_url};
 const HANG_LIMIT: Duration = Duration::from_secs(30);
 
 fn loader_threads() -> usize {
-    thread_names().len()
+    loader_testkit::threads_named(THREAD_PREFIX).unwrap().len()
 }
 
-/// The count once it stops changing: a joined thread can linger in /proc for a moment
-/// after `join` returns, while the kernel reaps it. Polls for at most the hang limit.
 fn settled_thread_count() -> usize {
-    let start = Instant::now();
-    while loader_threads() > 0 && start.elapsed() < HANG_LIMIT {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    loader_threads()
-}
-
-fn thread_names() -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
+    loader_testkit::settled_threads_named(THREAD_PREFIX, HANG_LIMIT)
         .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with(THREAD_PREFIX))
-        .collect()
+        .len()
 }
 
 fn plans(count: u64, batch: u64, epochs: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
@@ -110,7 +98,7 @@ fn dropping_in_every_phase_returns_and_joins_every_thread() {
                 settled_thread_count(),
                 0,
                 "{fetch:?} {phase}: threads left running: {:?}",
-                thread_names()
+                loader_testkit::threads_named(THREAD_PREFIX).unwrap()
             );
             assert_eq!(
                 metrics.in_flight(),

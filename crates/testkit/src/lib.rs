@@ -1,7 +1,8 @@
 //! Real parts for loader's tests, benches, examples and CLI: an in-process S3 server, an
 //! HTTP static file server, a TCP delay proxy (which can also cut or stall responses, see
 //! [`ProxyFaults`]), and a synthetic ImageNet-like dataset. The S3 server can be stopped and
-//! restarted on its port, as a crashed server comes back.
+//! restarted on its port, as a crashed server comes back; [`threads_named`] lists this
+//! process's threads by name, for tests that check a component joins what it starts.
 //!
 //! Every server runs on 127.0.0.1 with an OS-chosen port on its own background thread and
 //! runtime, so it works the same from synchronous code and from inside a tokio runtime, and
@@ -26,8 +27,10 @@ mod http;
 mod proxy;
 mod s3;
 mod s3_dir;
+mod threads;
 
 pub use dataset::{DatasetItem, DatasetSpec};
 pub use http::HttpServer;
 pub use proxy::{DelayProxy, ProxyFaults, ProxyStats};
 pub use s3::S3Server;
+pub use threads::{settled_threads_named, threads_named};
