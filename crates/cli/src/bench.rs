@@ -211,12 +211,9 @@ pub fn main(args: Args) -> Result {
                 .prefetch(4)
                 .transform(Pipeline::imagenet_eval())
                 .build()?;
-            let mut cell = measure(loader, row, *rtt, strategy, concurrency, &args, !args.json)?;
-            let before = ceilings[ceilings.len() - 1];
-            let after = probe.measure()?;
-            cell.one_core_images_per_sec = (before + after) / 2.0;
-            ceilings.push(after);
+            let cell = measure(loader, row, *rtt, strategy, concurrency, &args, !args.json)?;
             cells.push(cell);
+            ceilings.push(probe.measure()?);
         }
     }
     drop(rows);
@@ -362,6 +359,5 @@ fn measure(
         wait_p50_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p50)),
         wait_p99_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p99)),
         bottleneck: summary.map(|s| s.bottleneck()).unwrap_or_default(),
-        one_core_images_per_sec: 0.0,
     })
 }

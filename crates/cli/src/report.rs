@@ -35,9 +35,6 @@ pub struct Cell {
     pub wait_p99_ms: f64,
     /// The engine's bottleneck line.
     pub bottleneck: String,
-    /// The evaluation pipeline alone on one core, images/s, measured just before and just
-    /// after this cell (their mean): the unit of its efficiency.
-    pub one_core_images_per_sec: f64,
 }
 
 /// A cell with the ratios that need the other cells.
@@ -50,6 +47,9 @@ pub struct Derived {
     pub speedup_over_sequential: Option<f64>,
     /// Images/s over the same strategy's at 0 ms RTT.
     pub latency_hiding: Option<f64>,
+    /// The evaluation pipeline alone on one core, images/s: the mean of the runs just
+    /// before and just after this cell, the unit of its efficiency.
+    pub one_core_images_per_sec: f64,
     /// Images/s over cores x the one-core pipeline's images/s beside this cell.
     pub efficiency: f64,
 }
@@ -73,7 +73,8 @@ pub struct Report {
 }
 
 impl Report {
-    /// Compute the ratios.
+    /// Compute the ratios. `ceilings` holds the one-core runs in order: one before the
+    /// first cell and one after each, so cell `i` sits between runs `i` and `i + 1`.
     pub fn new(
         cells: Vec<Cell>,
         ceilings: Vec<f64>,
@@ -94,16 +95,22 @@ impl Report {
                 .map(|c| c.images_per_sec)
         };
         let ceiling = median(&ceilings);
+        let beside = |i: usize| match (ceilings.get(i), ceilings.get(i + 1)) {
+            (Some(before), Some(after)) => (before + after) / 2.0,
+            _ => ceiling,
+        };
         let derived = cells
             .iter()
-            .map(|c| Derived {
+            .enumerate()
+            .map(|(i, c)| Derived {
                 speedup_over_sequential: rate(&c.row, Strategy::Sequential)
                     .map(|s| c.images_per_sec / s.max(1e-9)),
                 latency_hiding: c
                     .rtt_ms
                     .and(at_zero(c.strategy))
                     .map(|z| c.images_per_sec / z.max(1e-9)),
-                efficiency: c.images_per_sec / (cores as f64 * c.one_core_images_per_sec).max(1e-9),
+                one_core_images_per_sec: beside(i),
+                efficiency: c.images_per_sec / (cores as f64 * beside(i)).max(1e-9),
                 cell: c.clone(),
             })
             .collect();
@@ -156,7 +163,7 @@ impl Report {
                 c.wait_p99_ms,
                 ratio(d.speedup_over_sequential),
                 ratio(d.latency_hiding),
-                c.one_core_images_per_sec,
+                d.one_core_images_per_sec,
                 d.efficiency * 100.0
             );
         }
