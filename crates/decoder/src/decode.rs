@@ -69,8 +69,8 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
     decode_reusing(bytes, options, Vec::new())
 }
 
-/// [`decode`], writing JPEG pixels into `buffer`'s memory when it is large enough: a
-/// decode thread that hands back each image's buffer maps no fresh memory per image.
+/// [`decode`], writing JPEG pixels into `buffer`'s memory (grown if the image needs more):
+/// a decode thread that hands back each image's buffer maps no fresh memory per image.
 pub(crate) fn decode_reusing(
     bytes: &[u8],
     options: &DecodeOptions,

@@ -456,7 +456,7 @@ impl Pipeline {
 
     /// Transform a decoded image into a new buffer.
     pub fn apply(&self, image: &Image, key: SampleKey) -> Result<Sample> {
-        self.apply_reusing(image, key, None)
+        self.apply_reusing(image, key, SampleData::F32(Vec::new()))
     }
 
     /// [`run`](Self::run), writing the output into the memory of `reuse` (e.g. the data of
@@ -465,23 +465,18 @@ impl Pipeline {
     /// sample.
     pub fn run_reusing(&self, bytes: &[u8], key: SampleKey, reuse: SampleData) -> Result<Sample> {
         with_pixels(bytes, &self.inner.decode, |image| {
-            self.apply_reusing(image, key, Some(reuse))
+            self.apply_reusing(image, key, reuse)
         })
     }
 
-    fn apply_reusing(
-        &self,
-        image: &Image,
-        key: SampleKey,
-        reuse: Option<SampleData>,
-    ) -> Result<Sample> {
+    fn apply_reusing(&self, image: &Image, key: SampleKey, reuse: SampleData) -> Result<Sample> {
         let view = self.transform(image, key)?;
         let (h, w, c) = (view.rect.h, view.rect.w, view.image.channels);
         match self.inner.output {
             Output::U8Hwc => {
                 let mut out = match reuse {
-                    Some(SampleData::U8(v)) => v,
-                    _ => Vec::new(),
+                    SampleData::U8(v) => v,
+                    SampleData::F32(_) => Vec::new(),
                 };
                 out.clear();
                 out.resize(h * w * c, 0);
@@ -493,8 +488,8 @@ impl Pipeline {
             }
             Output::F32Chw { .. } => {
                 let out = match reuse {
-                    Some(SampleData::F32(v)) => v,
-                    _ => Vec::new(),
+                    SampleData::F32(v) => v,
+                    SampleData::U8(_) => Vec::new(),
                 };
                 self.push_f32(&view, out)
             }
