@@ -154,8 +154,7 @@ impl Dataset {
 
     /// Read a manifest from the store and parse it (format from the key's extension).
     pub async fn manifest(store: &dyn Storage, key: &str) -> Result<Self> {
-        let text = manifest_text(store, key).await?;
-        Self::parse_manifest(&text, ManifestFormat::from_name(key))
+        read_manifest(store, key, Self::parse_manifest).await
     }
 
     /// [`Dataset::manifest`] for synchronous callers.
@@ -170,8 +169,10 @@ impl Dataset {
         key: &str,
         classes: &[String],
     ) -> Result<Self> {
-        let text = manifest_text(store, key).await?;
-        Self::parse_manifest_with_classes(&text, ManifestFormat::from_name(key), classes)
+        read_manifest(store, key, |text, format| {
+            Self::parse_manifest_with_classes(text, format, classes)
+        })
+        .await
     }
 
     /// Parse a manifest. Labels are integers, or class names mapped to indices through
@@ -282,15 +283,21 @@ impl Dataset {
     }
 }
 
-/// The manifest at `key`, which must be UTF-8.
-async fn manifest_text(store: &dyn Storage, key: &str) -> Result<String> {
+/// `parse` the manifest at `key` (UTF-8, format from the key's extension), read in place:
+/// a manifest of a million lines is tens of MB, not worth a second copy.
+async fn read_manifest(
+    store: &dyn Storage,
+    key: &str,
+    parse: impl FnOnce(&str, ManifestFormat) -> Result<Dataset>,
+) -> Result<Dataset> {
     let bytes = store.get(key).await?;
-    String::from_utf8(bytes.to_vec()).map_err(|e| {
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
         Error::Dataset(format!(
             "manifest {key:?} on {} is not UTF-8: {e}",
             store.name()
         ))
-    })
+    })?;
+    parse(text, ManifestFormat::from_name(key))
 }
 
 /// Duplicate keys, and (in JSON, which says which is which) numbers among names.
@@ -540,5 +547,34 @@ mod tests {
     fn image_extensions_are_case_insensitive() {
         assert!(is_image("a/b.JPEG") && is_image("a/b.png") && is_image("x/y.Jpg"));
         assert!(!is_image("a/b.txt") && !is_image("a/jpg"));
+    }
+
+    #[test]
+    fn manifests_are_read_from_the_store_and_must_be_utf8() {
+        #![allow(clippy::unwrap_used)]
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("m.csv"), "a.jpg,dog\nb.jpg,cat\n").unwrap();
+        std::fs::write(dir.path().join("bad.csv"), b"a.jpg,\xff\n").unwrap();
+        let store = loader_storage::from_url(
+            &dir.path().to_string_lossy(),
+            Vec::<(String, String)>::new(),
+        )
+        .unwrap();
+        let d = Dataset::manifest_blocking(&*store, "m.csv").unwrap();
+        assert_eq!(d.classes(), ["cat", "dog"]);
+        let classes = ["dog".to_owned(), "cat".to_owned()];
+        let fixed =
+            block_on_own_thread(|| Dataset::manifest_with_classes(&*store, "m.csv", &classes))
+                .unwrap();
+        let labels: Vec<i64> = fixed.items().iter().map(|i| i.label).collect();
+        assert_eq!(labels, [0, 1]);
+        let err = Dataset::manifest_blocking(&*store, "bad.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"bad.csv\"") && err.contains("not UTF-8"),
+            "{err}"
+        );
+        assert!(err.contains(store.name()), "{err}");
     }
 }
