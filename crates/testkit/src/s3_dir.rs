@@ -66,17 +66,24 @@ impl DirStore {
         let cached = self.etags.lock().ok().and_then(|e| e.get(&path).cloned());
         // A small file whose ETag is known is read right here: a page-cache read of
         // ~100 KB takes tens of microseconds, less than the two thread wake-ups of a hop
-        // to the blocking pool (a quarter of the server's CPU in a profile). Hashing a new
-        // file, or reading a big one, still goes to the blocking pool, off the async threads.
+        // to the blocking pool (a quarter of the server's CPU in a profile). Hashing a file
+        // not seen yet, or reading a big one, goes to the blocking pool; a small file
+        // rewritten under a running server (rare) is hashed here, a millisecond or two.
         let read = match cached {
             Some(known) if known.0 <= INLINE_READ_MAX => read_with_etag(path, Some(known)),
             cached => tokio::task::spawn_blocking(move || read_with_etag(path, cached))
                 .await
                 .map_err(|e| s3_error!(e, InternalError))?,
         };
-        let (path, modified, bytes, etag) = read.map_err(|e| s3_error!(e, NoSuchKey))?;
+        let Read {
+            path,
+            modified,
+            bytes,
+            etag,
+            hashed,
+        } = read.map_err(|e| s3_error!(e, NoSuchKey))?;
         let len = bytes.len() as u64;
-        if let Ok(mut etags) = self.etags.lock() {
+        if hashed && let Ok(mut etags) = self.etags.lock() {
             etags.insert(path, (len, modified, etag.clone()));
         }
         let length = i64::try_from(len).map_err(|e| s3_error!(e, InternalError))?;
@@ -94,23 +101,42 @@ impl DirStore {
 /// Files up to this size with a cached ETag are read on the async thread.
 const INLINE_READ_MAX: u64 = 1 << 20;
 
+/// A file read whole, with its ETag.
+struct Read {
+    path: PathBuf,
+    modified: SystemTime,
+    bytes: Vec<u8>,
+    etag: String,
+    /// The ETag was computed by this read (so it is worth caching), not taken from the cache.
+    hashed: bool,
+}
+
 /// The file's bytes and modification time, with the cached ETag if the file is unchanged
 /// since it was computed, or a fresh one (MD5, as s3s-fs makes them).
 fn read_with_etag(
     path: PathBuf,
     cached: Option<(u64, SystemTime, String)>,
-) -> std::io::Result<(PathBuf, SystemTime, Vec<u8>, String)> {
+) -> std::io::Result<Read> {
     let meta = std::fs::metadata(&path)?;
     if !meta.is_file() {
         return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
     }
     let bytes = std::fs::read(&path)?;
     let (len, modified) = (bytes.len() as u64, meta.modified()?);
-    let etag = match cached {
-        Some((l, m, etag)) if l == len && m == modified => etag,
-        _ => hex_simd::encode_to_string(Md5::checksum(&bytes), hex_simd::AsciiCase::Lower),
+    let (etag, hashed) = match cached {
+        Some((l, m, etag)) if l == len && m == modified => (etag, false),
+        _ => (
+            hex_simd::encode_to_string(Md5::checksum(&bytes), hex_simd::AsciiCase::Lower),
+            true,
+        ),
     };
-    Ok((path, modified, bytes, etag))
+    Ok(Read {
+        path,
+        modified,
+        bytes,
+        etag,
+        hashed,
+    })
 }
 
 /// The S3 operations s3s-fs implements go to it, except whole-object GETs of plain files.
