@@ -201,7 +201,9 @@ mod tests {
         let (mut vec, home) = pool.u8s(10);
         vec.resize(10, 7);
         drop(homed(vec, home));
+        assert_eq!(kept(&pool), (0, 1));
         assert!(pool.u8s(4000).0.capacity() >= 4000);
+        assert_eq!(kept(&pool), (0, 0), "the kept buffer was the one grown");
     }
 
     #[test]
