@@ -2,7 +2,8 @@
 //! HTTP static file server, a TCP delay proxy (which can also cut or stall responses, see
 //! [`ProxyFaults`]), and a synthetic ImageNet-like dataset. The S3 server can be stopped and
 //! restarted on its port, as a crashed server comes back; [`threads_named`] lists this
-//! process's threads by name, for tests that check a component joins what it starts.
+//! process's threads by name, for tests that check a component joins what it starts;
+//! [`watchdog::within`] runs a call that must not hang and fails the test after a limit.
 //!
 //! Every server runs on 127.0.0.1 with an OS-chosen port on its own background thread and
 //! runtime, so it works the same from synchronous code and from inside a tokio runtime, and
@@ -28,6 +29,7 @@ mod proxy;
 mod s3;
 mod s3_dir;
 mod threads;
+pub mod watchdog;
 
 pub use dataset::{DatasetItem, DatasetSpec};
 pub use http::HttpServer;
