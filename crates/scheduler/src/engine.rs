@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{FutureExt, Stream};
 use loader_storage::DynStorage;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -91,6 +91,7 @@ impl<T: Send + 'static> Engine<T> {
             .map_err(|e| start_err("threads", e))?;
         let metrics = Arc::new(Metrics::new(max_in_flight, pool_size));
         let (out_tx, out) = mpsc::channel(config.prefetch);
+        let report = out_tx.clone();
         let (results, results_rx) = mpsc::unbounded_channel();
         let (cancel, cancelled) = watch::channel(false);
         let shared = Arc::new(Shared {
@@ -113,8 +114,20 @@ impl<T: Send + 'static> Engine<T> {
             fetch_limit: Arc::new(Semaphore::new(max_in_flight)),
             out: out_tx,
             results: results_rx,
+            window_for: 0,
         };
-        let task = runtime.spawn(driver.run(plans));
+        // A panic in the driver (a sampler, a plan iterator, a bug of ours) must reach the
+        // consumer as an error: a driver that simply vanished would end the epoch early
+        // and look like a normal end.
+        let task = runtime.spawn(async move {
+            if let Err(panic) = AssertUnwindSafe(driver.run(plans)).catch_unwind().await {
+                let error = EngineError::Panicked {
+                    what: "planning or assembling batches (the sampler or the engine)",
+                    message: panic_message(&*panic),
+                };
+                let _ = report.send(Err(error)).await;
+            }
+        });
         Ok(Self {
             out,
             metrics,
@@ -194,6 +207,19 @@ impl<T> Drop for Engine<T> {
     }
 }
 
+/// How long dropping an engine waits for blocking reads still running on its runtime.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Engine drops in this process that left a blocking read's thread behind.
+static DETACHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many dropped engines (process-wide) had to leave a thread behind because a blocking
+/// read on it never returned, e.g. on a hung network mount. Every other thread an engine
+/// starts is joined when it is dropped.
+pub fn detached_on_drop() -> u64 {
+    DETACHED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A current-thread runtime on a thread of our own, so a synchronous caller needs no tokio
 /// and dropping the engine never drops a runtime inside someone's async context.
 fn own_runtime() -> std::io::Result<(
@@ -213,7 +239,18 @@ fn own_runtime() -> std::io::Result<(
             runtime.block_on(async {
                 let _ = stopped.await;
             });
-            drop(runtime);
+            // Not `drop`: it waits for every blocking-pool thread, and one stuck in a read
+            // that never returns (a hung network mount) would hang the loader's drop.
+            // Such a thread is left behind, detached, and reported once.
+            let started = Instant::now();
+            runtime.shutdown_timeout(SHUTDOWN_GRACE);
+            if started.elapsed() >= SHUTDOWN_GRACE {
+                DETACHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                eprintln!(
+                    "loader: a blocking read did not return within {SHUTDOWN_GRACE:?} of the \
+                     loader's drop; its thread was detached (it ends when the read does)"
+                );
+            }
         })?;
     Ok((stop, thread, handle))
 }
@@ -228,6 +265,29 @@ struct Driver<T> {
     fetch_limit: Arc<Semaphore>,
     out: mpsc::Sender<Output<T>>,
     results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
+    /// The largest plan the window has been sized for so far.
+    window_for: usize,
+}
+
+/// The plan iterator with its panics caught: a panic becomes one `Err` with its message,
+/// after which the iterator is done.
+struct Guarded<I> {
+    inner: Option<I>,
+}
+
+impl<I: Iterator<Item = BatchPlan>> Iterator for Guarded<I> {
+    type Item = Result<BatchPlan, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let inner = self.inner.as_mut()?;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.next())) {
+            Ok(plan) => plan.map(Ok),
+            Err(panic) => {
+                self.inner = None;
+                Some(Err(panic_message(&*panic)))
+            }
+        }
+    }
 }
 
 /// What assembly needs to know of a planned batch.
@@ -321,10 +381,27 @@ impl<T: Send + 'static> Driver<T> {
             }
     }
 
+    /// Grow the window when a plan larger than any before arrives (a resumed epoch's
+    /// short tail comes first, a full batch later): sized from the first plan alone, a
+    /// larger batch could never gather its items' slots, and the loader would hang.
+    fn fit_window(&mut self, window: &Semaphore, plan_len: usize) {
+        let plan_len = plan_len.max(1);
+        if plan_len > self.window_for {
+            let before = match self.window_for {
+                0 => 0,
+                sized => self.window(sized),
+            };
+            window.add_permits(self.window(plan_len) - before);
+            self.window_for = plan_len;
+        }
+    }
+
     async fn run(mut self, plans: impl Iterator<Item = BatchPlan> + Send + 'static) {
-        let mut plans = plans.peekable();
-        let batch_size = plans.peek().map_or(1, |p| p.items.len().max(1));
-        let window = Arc::new(Semaphore::new(self.window(batch_size)));
+        let mut plans = Guarded { inner: Some(plans) }.peekable();
+        // A panic of the plan iterator (a sampler's bug): what was planned before it is
+        // delivered, then the error.
+        let mut planner_panic: Option<String> = None;
+        let window = Arc::new(Semaphore::new(0));
         let mut tasks = JoinSet::new();
         let mut asm = Assembly {
             pending: VecDeque::new(),
@@ -342,9 +419,19 @@ impl<T: Send + 'static> Driver<T> {
             if admitting.is_none() {
                 let barrier = self.order == Order::AsCompleted
                     && plans.peek().is_some_and(|next| {
-                        asm.pending.back().is_some_and(|p| p.epoch != next.epoch)
+                        next.as_ref().is_ok_and(|next| {
+                            asm.pending.back().is_some_and(|p| p.epoch != next.epoch)
+                        })
                     });
-                if !barrier && let Some(plan) = plans.next() {
+                let next = if barrier || planner_panic.is_some() {
+                    None
+                } else {
+                    plans.next()
+                };
+                if let Some(Err(message)) = next {
+                    planner_panic = Some(message);
+                } else if let Some(Ok(plan)) = next {
+                    self.fit_window(&window, plan.items.len());
                     asm.pending.push_back(Pending {
                         epoch: plan.epoch,
                         position: plan.position,
@@ -354,8 +441,18 @@ impl<T: Send + 'static> Driver<T> {
                     admitting = Some((plan, 0));
                 }
             }
-            if admitting.is_none() && asm.pending.is_empty() && plans.peek().is_none() {
-                return; // everything handed over
+            if admitting.is_none() && asm.pending.is_empty() {
+                if let Some(message) = planner_panic.take() {
+                    let error = EngineError::Panicked {
+                        what: "the sampler or the plan of batches",
+                        message,
+                    };
+                    let _ = self.out.send(Err(error)).await;
+                    return;
+                }
+                if plans.peek().is_none() {
+                    return; // everything handed over
+                }
             }
             let want = match (&admitting, self.fetch) {
                 (Some((plan, _)), Fetch::Sequential { .. }) => plan.items.len().max(1) as u32,
@@ -386,10 +483,17 @@ impl<T: Send + 'static> Driver<T> {
                     }
                 }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    // Item tasks catch their own panics and report them as the item's
+                    // error; one that escaped would leave its batch waiting forever.
                     if let Err(e) = joined
                         && e.is_panic()
                     {
-                        eprintln!("loader: an item task panicked: {e}");
+                        let error = EngineError::Panicked {
+                            what: "an item task",
+                            message: panic_message(&*e.into_panic()),
+                        };
+                        let _ = self.out.send(Err(error)).await;
+                        return;
                     }
                 }
                 permit = Arc::clone(&window).acquire_many_owned(want), if want > 0 => {
@@ -520,7 +624,7 @@ async fn fetch_then_decode<T: Send + 'static>(
         };
         let _guard = shared.metrics.fetch_started();
         let started = Instant::now();
-        let fetched = shared.storage.get(&sample.key).await;
+        let fetched = guarded_get(&shared.storage, &sample.key).await;
         if let Some(trace) = &shared.trace {
             trace.fetch(trace_id(&sample), started, sample.index);
         }
@@ -547,10 +651,44 @@ async fn fetch_then_decode<T: Send + 'static>(
     }
 }
 
-/// The blocking strategies' item, on a pool thread: fetch, then decode, then report.
+/// `storage.get(key)` with a panic of the backend (or of a layer) turned into its error:
+/// custom backends will have bugs, and a panic that unwound through the engine would lose
+/// the item and leave its batch waiting forever.
+async fn guarded_get(storage: &DynStorage, key: &str) -> loader_storage::Result<Bytes> {
+    match AssertUnwindSafe(storage.get(key)).catch_unwind().await {
+        Ok(fetched) => fetched,
+        Err(panic) => Err(loader_storage::Error::new(
+            loader_storage::ErrorKind::Other,
+            storage.name(),
+            key,
+            format!("the backend panicked: {}", panic_message(&*panic)),
+        )),
+    }
+}
+
+/// The blocking strategies' item, on a pool thread: fetch, then decode, then report. The
+/// item is always reported, even if something in it panics, so its batch completes.
 fn load_blocking<T>(shared: &Shared<T>, seq: u64, sample: SampleInfo) {
-    let result = fetch_blocking(shared, &sample).and_then(|bytes| run_stage(shared, bytes, sample));
+    let info = sample.clone();
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        fetch_blocking(shared, &sample).and_then(|bytes| run_stage(shared, bytes, sample))
+    }))
+    .unwrap_or_else(|panic| {
+        Err(ItemError {
+            info,
+            failure: ItemFailure::Panic(panic_message(&*panic)),
+        })
+    });
     let _ = shared.results.send((seq, result));
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// A fetch's id in the trace: unique among overlapping fetches.
@@ -565,7 +703,7 @@ fn fetch_blocking<T>(shared: &Shared<T>, info: &SampleInfo) -> Result<Bytes, Ite
     let mut cancelled = shared.cancelled.clone();
     let fetched = shared.runtime.block_on(async {
         tokio::select! {
-            fetched = shared.storage.get(&info.key) => Some(fetched),
+            fetched = guarded_get(&shared.storage, &info.key) => Some(fetched),
             // Also when the engine is gone (the sender dropped).
             _ = cancelled.wait_for(|c| *c) => None,
         }
@@ -604,16 +742,9 @@ fn run_stage<T>(shared: &Shared<T>, bytes: Bytes, info: SampleInfo) -> ItemResul
             info,
             failure: ItemFailure::Stage(e),
         }),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(ItemError {
-                info,
-                failure: ItemFailure::Panic(message),
-            })
-        }
+        Err(panic) => Err(ItemError {
+            info,
+            failure: ItemFailure::Panic(panic_message(&*panic)),
+        }),
     }
 }

@@ -48,7 +48,9 @@ pub enum ItemFailure {
     Fetch(loader_storage::Error),
     /// Decoding or transforming it failed.
     Stage(StageError),
-    /// The CPU stage panicked; the panic was caught so the engine goes on.
+    /// The CPU stage (or, in a blocking strategy, anything else of the item's work)
+    /// panicked; the panic was caught so the engine goes on. A backend's panic is a
+    /// [`ItemFailure::Fetch`] error naming the key and backend.
     Panic(String),
     /// The engine was dropped while the item was loading.
     Cancelled,
@@ -73,7 +75,7 @@ impl fmt::Display for ItemError {
         match &self.failure {
             ItemFailure::Fetch(e) => write!(f, "fetch failed: {e}"),
             ItemFailure::Stage(e) => write!(f, "decode failed: {e}"),
-            ItemFailure::Panic(m) => write!(f, "the CPU stage panicked: {m}"),
+            ItemFailure::Panic(m) => write!(f, "panicked: {m}"),
             ItemFailure::Cancelled => write!(f, "cancelled: the loader was dropped"),
         }
     }
@@ -110,6 +112,16 @@ pub struct RawBatch<T> {
     pub(crate) permits: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
+impl<T> RawBatch<T> {
+    /// Free the engine's window slots of these items now rather than when the batch is
+    /// dropped: the engine may then admit more items, so memory the caller keeps in batches
+    /// is outside the engine's bound. A consumer that keeps every batch (collects an epoch)
+    /// must call this, or the engine stops admitting once its window is full.
+    pub fn release_window(&mut self) {
+        self.permits.clear();
+    }
+}
+
 /// Why the engine could not deliver a batch.
 #[derive(Debug)]
 pub enum EngineError {
@@ -136,6 +148,14 @@ pub enum EngineError {
     Config(String),
     /// The engine could not start (a thread or runtime failed to spawn).
     Start(String),
+    /// Something panicked outside any one item (the sampler, a plan iterator, the engine
+    /// itself); the run ends here instead of ending the epoch as if it were complete.
+    Panicked {
+        /// Where.
+        what: &'static str,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 impl fmt::Display for EngineError {
@@ -162,6 +182,9 @@ impl fmt::Display for EngineError {
             }
             EngineError::Config(m) => write!(f, "invalid configuration: {m}"),
             EngineError::Start(m) => write!(f, "cannot start the loader: {m}"),
+            EngineError::Panicked { what, message } => {
+                write!(f, "the loader panicked in {what}: {message}")
+            }
         }
     }
 }

@@ -46,7 +46,7 @@ mod pool;
 mod trace;
 
 pub use config::{Config, ErrorPolicy, Fetch, Order};
-pub use engine::{Engine, Stage, THREAD_PREFIX};
+pub use engine::{Engine, Stage, THREAD_PREFIX, detached_on_drop};
 pub use item::{
     BatchPlan, EngineError, ItemError, ItemFailure, RawBatch, SampleInfo, StageError, WorkItem,
 };

@@ -46,7 +46,11 @@ impl Pool {
                         while !closed.load(Ordering::Acquire) {
                             // A timeout, so a closed pool's idle threads notice and exit.
                             match queue.recv_timeout(Duration::from_millis(50)) {
-                                Ok(job) => job(),
+                                // A job that panics must not take its thread with it.
+                                Ok(job) => {
+                                    let _ =
+                                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                                }
                                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                             }
