@@ -53,6 +53,25 @@ pub use error::{Error, ErrorKind, Result};
 pub use key::{MAX_KEY_LEN, check_key, check_prefix, key_problem};
 pub use url::from_url;
 
+/// The default limit of one read (a whole object or one range): 1 GiB. A larger object is
+/// refused with an error naming its key and size before anything is allocated, so a sparse
+/// 300 GB file or a lying `Content-Length` cannot exhaust memory; multi-GB shards are read
+/// in ranges, each under the limit. Backends take a `max_read_bytes` setting.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 1 << 30;
+
+/// The error for a read over its size limit.
+pub(crate) fn too_large(backend: &str, key: &str, size: u64, max: u64) -> Error {
+    Error::new(
+        ErrorKind::Other,
+        backend,
+        key,
+        format!(
+            "the read would return {size} bytes, over the limit of {max} bytes per read \
+             (max_read_bytes); read it in ranges or raise the limit"
+        ),
+    )
+}
+
 /// What a listing or a head request tells about an object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectMeta {

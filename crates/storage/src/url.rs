@@ -12,7 +12,7 @@ use url::Url;
 
 use crate::backend::object_store::{Flavor, map_error};
 use crate::backend::{LocalStore, ObjectStoreAdapter};
-use crate::{DynStorage, Error, ErrorKind, Result};
+use crate::{DEFAULT_MAX_READ_BYTES, DynStorage, Error, ErrorKind, Result};
 
 /// How long object_store may take to connect, and to finish a whole request. Generous,
 /// because the per-request [`TimeoutStore`](crate::layer::TimeoutStore) is the real bound.
@@ -32,6 +32,9 @@ const REQUEST_TIMEOUT: &str = "60s";
 /// - `memory://`: an empty in-memory store, for tests.
 /// - `file:///dir` or a plain path: [`LocalStore`]; option `allow_external_symlinks`.
 ///
+/// Every store takes `max_read_bytes` (default [`DEFAULT_MAX_READ_BYTES`], 1 GiB): the most
+/// one read may return, refused by size before anything is allocated.
+///
 /// object_store's own retries are switched off: the [`RetryStore`](crate::layer::RetryStore)
 /// layer owns retrying, so a dead server fails fast here instead of being retried for
 /// minutes underneath it. An unknown option is an error, not silently ignored.
@@ -40,14 +43,31 @@ where
     K: AsRef<str>,
     V: Into<String>,
 {
-    let options: Vec<(String, String)> = options
+    let mut options: Vec<(String, String)> = options
         .into_iter()
         .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
         .collect();
+    let max_read_bytes = match options.iter().position(|(k, _)| k == "max_read_bytes") {
+        None => DEFAULT_MAX_READ_BYTES,
+        Some(at) => {
+            let (key, value) = options.remove(at);
+            value.parse::<u64>().map_err(|_| {
+                config_error(
+                    &redact(url),
+                    format!("option {key:?} must be a number of bytes, not {value:?}"),
+                )
+            })?
+        }
+    };
+    let limit = |store: ObjectStoreAdapter| -> DynStorage {
+        Arc::new(store.with_max_read_bytes(max_read_bytes))
+    };
     let parsed = match Url::parse(url) {
         Ok(parsed) => parsed,
         // No scheme (or a Windows drive letter): a plain path.
-        Err(url::ParseError::RelativeUrlWithoutBase) => return local(url, url, &options),
+        Err(url::ParseError::RelativeUrlWithoutBase) => {
+            return local(url, url, &options, max_read_bytes);
+        }
         Err(e) => {
             return Err(
                 Error::new(ErrorKind::Other, redact(url), "", "not a valid URL").with_source(e),
@@ -65,22 +85,22 @@ where
                     "a file URL needs an absolute local path",
                 )
             })?;
-            local(&name, &path.to_string_lossy(), &options)
+            local(&name, &path.to_string_lossy(), &options, max_read_bytes)
         }
-        "s3" | "s3a" => s3(&name, &parsed, &options),
-        "http" | "https" => http(&name, &parsed, &options),
+        "s3" | "s3a" => s3(&name, &parsed, &options).map(limit),
+        "http" | "https" => http(&name, &parsed, &options).map(limit),
         "memory" => {
             no_options(&name, &options)?;
-            Ok(Arc::new(ObjectStoreAdapter::new(
+            Ok(limit(ObjectStoreAdapter::new(
                 Arc::new(InMemory::new()),
                 name,
                 Flavor::Memory,
             )))
         }
         #[cfg(feature = "gcp")]
-        "gs" => cloud::gcs(&name, &parsed, &options),
+        "gs" => cloud::gcs(&name, &parsed, &options).map(limit),
         #[cfg(feature = "azure")]
-        "az" | "azure" | "abfs" | "abfss" => cloud::azure(&name, &parsed, &options),
+        "az" | "azure" | "abfs" | "abfss" => cloud::azure(&name, &parsed, &options).map(limit),
         other => Err(Error::new(
             ErrorKind::Unsupported,
             &name,
@@ -93,16 +113,32 @@ where
     }
 }
 
-/// The URL without user info or query, which is where credentials hide.
+/// The URL without user info, query or fragment, which is where credentials hide; also
+/// for a URL that does not parse, whose text is cut the same way by hand (a secret key
+/// with a `/` in it is exactly what makes `s3://KEY:SECRET@bucket` fail to parse).
 pub(crate) fn redact(url: &str) -> String {
     match Url::parse(url) {
         Ok(mut u) => {
             let _ = u.set_username("");
             let _ = u.set_password(None);
             u.set_query(None);
+            u.set_fragment(None);
             u.to_string().trim_end_matches('/').to_owned()
         }
-        Err(_) => url.to_owned(),
+        Err(_) => {
+            // Everything up to the last '@' may be user info, whatever it contains (even a
+            // '?'); showing too little of a broken URL is fine, showing a secret is not.
+            let (scheme, rest) = match url.split_once("://") {
+                Some((scheme, rest)) => (Some(scheme), rest),
+                None => (None, url),
+            };
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
+            let rest = rest.split(['?', '#']).next().unwrap_or_default();
+            match scheme {
+                Some(scheme) => format!("{scheme}://{rest}"),
+                None => rest.to_owned(),
+            }
+        }
     }
 }
 
@@ -120,8 +156,13 @@ fn no_options(name: &str, options: &[(String, String)]) -> Result<()> {
     }
 }
 
-fn local(name: &str, path: &str, options: &[(String, String)]) -> Result<DynStorage> {
-    let mut store = LocalStore::new(path)?;
+fn local(
+    name: &str,
+    path: &str,
+    options: &[(String, String)],
+    max_read_bytes: u64,
+) -> Result<DynStorage> {
+    let mut store = LocalStore::new(path)?.max_read_bytes(max_read_bytes);
     for (key, value) in options {
         match key.as_str() {
             "allow_external_symlinks" => {
@@ -163,7 +204,7 @@ fn with_prefix(store: Arc<dyn ObjectStore>, url: &Url) -> Arc<dyn ObjectStore> {
     }
 }
 
-fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage> {
+fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<ObjectStoreAdapter> {
     let bucket = url.host_str().unwrap_or_default();
     if bucket.is_empty() {
         return Err(config_error(
@@ -210,7 +251,7 @@ fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage>
         .build()
         .map_err(|e| map_error(name, "", e).context("cannot configure S3"))?;
     let store = with_prefix(Arc::new(store), url);
-    Ok(Arc::new(ObjectStoreAdapter::new(store, name, Flavor::S3)))
+    Ok(ObjectStoreAdapter::new(store, name, Flavor::S3))
 }
 
 /// An endpoint must be an http(s) URL with a host; anything else would only fail at the
@@ -233,7 +274,7 @@ fn check_endpoint(name: &str, endpoint: &str) -> Result<()> {
     }
 }
 
-fn http(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorage> {
+fn http(name: &str, url: &Url, options: &[(String, String)]) -> Result<ObjectStoreAdapter> {
     let mut builder = HttpBuilder::new()
         .with_url(url.as_str())
         .with_config(ClientConfigKey::ConnectTimeout, CONNECT_TIMEOUT)
@@ -255,11 +296,7 @@ fn http(name: &str, url: &Url, options: &[(String, String)]) -> Result<DynStorag
     let store = builder
         .build()
         .map_err(|e| map_error(name, "", e).context("cannot configure HTTP"))?;
-    Ok(Arc::new(ObjectStoreAdapter::new(
-        Arc::new(store),
-        name,
-        Flavor::Http,
-    )))
+    Ok(ObjectStoreAdapter::new(Arc::new(store), name, Flavor::Http))
 }
 
 #[cfg(any(feature = "gcp", feature = "azure"))]
@@ -273,7 +310,7 @@ mod cloud {
                 name: &str,
                 url: &Url,
                 options: &[(String, String)],
-            ) -> Result<DynStorage> {
+            ) -> Result<ObjectStoreAdapter> {
                 let mut builder = <$builder>::from_env()
                     .with_url(url.as_str())
                     .with_retry(no_retries());
@@ -290,7 +327,7 @@ mod cloud {
                     map_error(name, "", e).context(concat!("cannot configure ", $what))
                 })?;
                 let store = with_prefix(Arc::new(store), url);
-                Ok(Arc::new(ObjectStoreAdapter::new(store, name, $flavor)))
+                Ok(ObjectStoreAdapter::new(store, name, $flavor))
             }
         };
     }
@@ -365,6 +402,45 @@ mod tests {
         assert!(!shown.contains("wJalrXUtnFEMIsecretKEY"), "{shown}");
         assert!(!shown.contains("AKIDEXAMPLE"), "{shown}");
         assert!(shown.contains("s3://bucket/train"), "{shown}");
+    }
+
+    // Defect 6: a URL that did not parse was echoed whole, credentials included.
+    #[test]
+    fn urls_that_do_not_parse_never_show_their_credentials() {
+        for (url, secrets) in [
+            (
+                "s3://AKIDEXAMPLE:wJalr/XUtnFEMI@bucket/p",
+                &["AKIDEXAMPLE", "wJalr", "XUtnFEMI"][..],
+            ),
+            (
+                "s3://AKIDEXAMPLE:wJalr@bucket:notaport/p",
+                &["AKIDEXAMPLE", "wJalr"],
+            ),
+            (
+                "http://user:hunter2@[::1/p?token=sekrit",
+                &["hunter2", "sekrit"],
+            ),
+            ("https://host:99999/p?X-Amz-Signature=abcdef", &["abcdef"]),
+            ("s3://bu cket/p?sig=topsecret#frag", &["topsecret"]),
+        ] {
+            let err = match from_url(url, Vec::<(String, String)>::new()) {
+                Err(e) => e,
+                Ok(store) => {
+                    let shown = format!("{store:?} {}", store.name());
+                    for secret in secrets {
+                        assert!(!shown.contains(secret), "{url}: {shown}");
+                    }
+                    continue;
+                }
+            };
+            let shown = format!("{err} {err:?} {}", err.backend());
+            for secret in secrets {
+                assert!(!shown.contains(secret), "{url}: {secret} shown in {shown}");
+            }
+        }
+        assert_eq!(redact("s3://a:b/c@bucket/p?x=1"), "s3://bucket/p");
+        assert_eq!(redact("s3://KEY:se?cr#et@bu cket/p"), "s3://bu cket/p");
+        assert_eq!(redact("not a url with spaces"), "not a url with spaces");
     }
 
     #[test]

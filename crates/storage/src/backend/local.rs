@@ -10,15 +10,21 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix};
+use crate::{
+    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix,
+    too_large,
+};
 
 /// A directory on local disk. Keys never reach outside it: `..` and absolute keys are
-/// refused, and so, by default, is a symlink whose target lies outside the root.
+/// refused, and so, by default, is a symlink whose target lies outside the root. Only
+/// regular files are read: a FIFO, socket or device named by a key is refused before a
+/// byte is read, so it cannot block a thread.
 #[derive(Debug, Clone)]
 pub struct LocalStore {
     root: PathBuf,
     name: String,
     allow_external_symlinks: bool,
+    max_read_bytes: u64,
 }
 
 impl LocalStore {
@@ -41,7 +47,16 @@ impl LocalStore {
             name: format!("file://{}", root.display()),
             root,
             allow_external_symlinks: false,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
         })
+    }
+
+    /// The most bytes one read (a whole object or a range) may return; larger ones are
+    /// refused with an error naming the key and size before anything is allocated.
+    /// Default [`DEFAULT_MAX_READ_BYTES`].
+    pub fn max_read_bytes(mut self, max: u64) -> Self {
+        self.max_read_bytes = max;
+        self
     }
 
     /// Follow symlinks that lead outside the root (ImageNet trees are often symlink farms).
@@ -115,16 +130,34 @@ fn io_error(backend: &str, key: &str, err: std::io::Error) -> Error {
     Error::new(kind, backend, key, "").with_source(err)
 }
 
+/// Open `key` for reading, refusing anything but a regular file. Opened non-blocking and
+/// checked on the open descriptor, so a FIFO (whose plain open waits for a writer forever)
+/// or a file swapped for one between a check and the open is refused, never waited on;
+/// for regular files the flag changes nothing.
 fn open_file(store: &LocalStore, key: &str) -> Result<(File, u64)> {
     let path = store.resolve(key)?;
-    let file = File::open(&path).map_err(|e| io_error(&store.name, key, e))?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options
+        .open(&path)
+        .map_err(|e| io_error(&store.name, key, e))?;
     let meta = file.metadata().map_err(|e| io_error(&store.name, key, e))?;
     if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "a FIFO, socket or device"
+        };
         return Err(Error::new(
             ErrorKind::NotFound,
             &store.name,
             key,
-            "not a regular file",
+            format!("not a regular file ({what}); only regular files are read"),
         ));
     }
     Ok((file, meta.len()))
@@ -138,10 +171,20 @@ impl Storage for LocalStore {
 
     async fn get(&self, key: &str) -> Result<Bytes> {
         self.blocking(key, |store, key| {
-            let (mut file, len) = open_file(store, key)?;
-            let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-            file.read_to_end(&mut buf)
+            let (file, len) = open_file(store, key)?;
+            let max = store.max_read_bytes;
+            if len > max {
+                return Err(too_large(&store.name, key, len, max));
+            }
+            // The size is only the metadata's word (the file may be growing or shrinking):
+            // reserve at most a bounded amount up front, and never read past the limit.
+            let mut buf = Vec::with_capacity(usize::try_from(len.min(64 << 20)).unwrap_or(0));
+            file.take(max.saturating_add(1))
+                .read_to_end(&mut buf)
                 .map_err(|e| io_error(&store.name, key, e))?;
+            if buf.len() as u64 > max {
+                return Err(too_large(&store.name, key, buf.len() as u64, max));
+            }
             Ok(Bytes::from(buf))
         })
         .await
@@ -165,6 +208,14 @@ impl Storage for LocalStore {
                 ));
             }
             let end = range.end.min(len);
+            if end - range.start > store.max_read_bytes {
+                return Err(too_large(
+                    &store.name,
+                    key,
+                    end - range.start,
+                    store.max_read_bytes,
+                ));
+            }
             let want = usize::try_from(end - range.start)
                 .map_err(|_| invalid_range(&store.name, key, &range))?;
             let mut buf = vec![0; want];
@@ -213,8 +264,29 @@ fn invalid_range(backend: &str, key: &str, range: &Range<u64>) -> Error {
 /// Walk the tree under `prefix` in file-name order, sending each regular file's metadata.
 fn walk(store: &LocalStore, prefix: &str, tx: &tokio::sync::mpsc::Sender<Result<ObjectMeta>>) {
     let start = store.root.join(prefix);
-    if !start.exists() {
+    if std::fs::symlink_metadata(&start).is_err() {
         return; // an empty listing, as object stores give for an unknown prefix
+    }
+    // The same rule as reads: a prefix that is (or passes through) a symlink leading out of
+    // the root lists nothing of what lies outside, unless external symlinks are allowed.
+    if !store.allow_external_symlinks {
+        match start.canonicalize() {
+            Ok(real) if real.starts_with(&store.root) => {}
+            Ok(_) => {
+                let _ = tx.blocking_send(Err(Error::new(
+                    ErrorKind::PermissionDenied,
+                    &store.name,
+                    prefix,
+                    "the prefix is a symlink leading outside the store's root; allow it \
+                     with `allow_external_symlinks` if the tree is a symlink farm",
+                )));
+                return;
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(Err(io_error(&store.name, prefix, e)));
+                return;
+            }
+        }
     }
     let walker = walkdir::WalkDir::new(&start)
         .follow_links(store.allow_external_symlinks)
@@ -352,6 +424,66 @@ mod tests {
         assert!(
             listed.iter().all(|k| k.as_ref().is_err()),
             "the outside file was listed: {listed:?}"
+        );
+    }
+
+    // Defect 8: `list("escape")` listed the files of the directory the symlink led to.
+    #[tokio::test]
+    async fn listing_a_symlinked_prefix_out_of_the_root_is_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(outside.path().join("sub")).unwrap();
+        std::fs::write(outside.path().join("sub/secret.jpg"), b"s3cr3t").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("inside")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("escape")).unwrap();
+        std::os::unix::fs::symlink(root.path().join("inside"), root.path().join("alias")).unwrap();
+        std::fs::write(root.path().join("inside/ok.jpg"), b"ok").unwrap();
+        let store = LocalStore::new(root.path()).unwrap();
+        for prefix in ["escape", "escape/sub"] {
+            let listed: Vec<_> = store.list(prefix).collect().await;
+            assert!(
+                listed.iter().all(|k| k.as_ref().is_err()),
+                "{prefix}: the outside files were listed: {listed:?}"
+            );
+            let err = listed[0].as_ref().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
+            assert!(!err.to_string().contains("secret.jpg"), "{err}");
+        }
+        // A symlinked prefix inside the root lists what `get` reads through it.
+        let listed: Vec<_> = store.list("alias").collect().await;
+        let keys: Vec<_> = listed.into_iter().map(|k| k.unwrap().key).collect();
+        assert_eq!(keys, ["alias/ok.jpg"]);
+        let store = store.allow_external_symlinks(true);
+        let listed: Vec<_> = store.list("escape").collect().await;
+        assert_eq!(listed.len(), 1, "{listed:?}");
+    }
+
+    // Defect 10: the size in a file's metadata was allocated before a byte was read.
+    #[tokio::test]
+    async fn a_huge_sparse_file_is_refused_by_size_before_any_allocation() {
+        let root = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(root.path().join("huge.jpg")).unwrap();
+        file.set_len(300 << 30).unwrap(); // sparse: takes no disk
+        std::fs::write(root.path().join("small.jpg"), vec![1u8; 2000]).unwrap();
+        let store = LocalStore::new(root.path()).unwrap();
+        let err = store.get("huge.jpg").await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("\"huge.jpg\"")
+                && text.contains("322122547200")
+                && text.contains("limit"),
+            "{text}"
+        );
+        assert_eq!(store.head("huge.jpg").await.unwrap().size, 300 << 30);
+        // A range of it is fine: shards are read in ranges.
+        assert_eq!(store.get_range("huge.jpg", 5..10).await.unwrap().len(), 5);
+        let store = store.max_read_bytes(1000);
+        assert!(store.get("small.jpg").await.is_err());
+        let err = store.get_range("small.jpg", 0..1500).await.unwrap_err();
+        assert!(err.to_string().contains("limit"), "{err}");
+        assert_eq!(
+            store.get_range("small.jpg", 0..1000).await.unwrap().len(),
+            1000
         );
     }
 

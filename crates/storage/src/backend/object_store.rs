@@ -4,13 +4,16 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use ::object_store::path::Path;
-use ::object_store::{ObjectStore, ObjectStoreExt};
+use ::object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix};
+use crate::{
+    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix,
+    too_large,
+};
 
 /// Which service sits behind the adapter; it decides how some errors read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,7 @@ pub struct ObjectStoreAdapter {
     inner: Arc<dyn ObjectStore>,
     name: String,
     flavor: Flavor,
+    max_read_bytes: u64,
 }
 
 impl std::fmt::Debug for ObjectStoreAdapter {
@@ -55,7 +59,54 @@ impl ObjectStoreAdapter {
             inner,
             name: name.into(),
             flavor,
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
         }
+    }
+
+    /// The most bytes one read (whole object or range) may return; a larger answer is
+    /// refused by its announced size, before its body is read or any buffer allocated.
+    /// Default [`DEFAULT_MAX_READ_BYTES`].
+    pub fn with_max_read_bytes(mut self, max: u64) -> Self {
+        self.max_read_bytes = max;
+        self
+    }
+
+    /// The body of `result`, refused if the server announces more than the limit, and
+    /// collected without trusting that announcement for the allocation (object_store's
+    /// own `bytes()` reserves whatever `Content-Length` says).
+    async fn body(&self, key: &str, result: GetResult) -> Result<Bytes> {
+        let announced = result.range.end.saturating_sub(result.range.start);
+        let max = self.max_read_bytes;
+        if announced > max {
+            return Err(too_large(&self.name, key, announced, max));
+        }
+        let mut stream = result.into_stream();
+        let Some(first) = stream
+            .next()
+            .await
+            .transpose()
+            .map_err(|e| self.error(key, e))?
+        else {
+            return Ok(Bytes::new());
+        };
+        let Some(second) = stream
+            .next()
+            .await
+            .transpose()
+            .map_err(|e| self.error(key, e))?
+        else {
+            return Ok(first); // one chunk: no copy
+        };
+        let mut buf = Vec::with_capacity(usize::try_from(announced.min(64 << 20)).unwrap_or(0));
+        buf.extend_from_slice(&first);
+        buf.extend_from_slice(&second);
+        while let Some(chunk) = stream.next().await {
+            buf.extend_from_slice(&chunk.map_err(|e| self.error(key, e))?);
+            if buf.len() as u64 > max {
+                return Err(too_large(&self.name, key, buf.len() as u64, max));
+            }
+        }
+        Ok(buf.into())
     }
 
     /// The wrapped store, for operations this crate does not cover (e.g. writing).
@@ -138,7 +189,7 @@ impl Storage for ObjectStoreAdapter {
             .get(&path)
             .await
             .map_err(|e| self.error(key, e))?;
-        result.bytes().await.map_err(|e| self.error(key, e))
+        self.body(key, result).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
@@ -154,10 +205,13 @@ impl Storage for ObjectStoreAdapter {
         if range.start == range.end {
             return Ok(Bytes::new());
         }
-        self.inner
-            .get_range(&path, range)
+        let options = GetOptions::default().with_range(Some(range));
+        let result = self
+            .inner
+            .get_opts(&path, options)
             .await
-            .map_err(|e| self.error(key, e))
+            .map_err(|e| self.error(key, e))?;
+        self.body(key, result).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -176,7 +230,15 @@ impl Storage for ObjectStoreAdapter {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
         let prefix = match check_prefix(&self.name, prefix) {
             Ok("") => None,
-            Ok(p) => Some(Path::from(p)),
+            // `parse`, as for keys: `Path::from` percent-encodes the prefix ('%', ' ' and
+            // friends), and S3 then encodes it again, so such a prefix listed nothing.
+            Ok(p) => match Path::parse(p) {
+                Ok(path) => Some(path),
+                Err(e) => {
+                    let err = Error::new(ErrorKind::InvalidKey, &self.name, p, "").with_source(e);
+                    return futures::stream::once(async { Err(err) }).boxed();
+                }
+            },
             Err(e) => return futures::stream::once(async { Err(e) }).boxed(),
         };
         let flavor = self.flavor;
