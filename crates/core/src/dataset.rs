@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use futures::TryStreamExt;
 use loader_storage::Storage;
+use loader_storage::layer::{RetryConfig, RetryStore};
 
 use crate::{Error, Result};
 
@@ -32,7 +32,9 @@ pub struct Dataset {
 /// How a manifest is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ManifestFormat {
-    /// `key,label` per line; an optional `key,label` header; the label after the last comma.
+    /// `key,label` per line, RFC 4180 quoting (a key holding a comma is quoted), a UTF-8
+    /// BOM allowed, `#` comment lines. A first row is a header only if it names the columns:
+    /// `key`, `path` or `file`, and `label` or `class` (any case, either order).
     Csv,
     /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"`.
     JsonLines,
@@ -101,9 +103,12 @@ impl Dataset {
     /// torchvision's ImageFolder over a store that can list: classes are the sorted names
     /// of the top-level folders, files directly under the root are ignored, only image
     /// extensions count (case-insensitively), a class without images is an error, and
-    /// samples are sorted by key within a class.
+    /// samples are sorted by key within a class. A transient failure of the listing restarts
+    /// it, under the default [`RetryConfig`], as sample reads are retried.
     pub async fn image_folder(store: &dyn Storage) -> Result<Self> {
-        let listed: Vec<_> = store.list("").try_collect().await?;
+        let listed = RetryStore::new(store, RetryConfig::default())
+            .list_all("")
+            .await?;
         let mut folders: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for meta in listed {
             let Some((class, _)) = meta.key.split_once('/') else {
@@ -290,7 +295,10 @@ async fn read_manifest(
     key: &str,
     parse: impl FnOnce(&str, ManifestFormat) -> Result<Dataset>,
 ) -> Result<Dataset> {
-    let bytes = store.get(key).await?;
+    // Retried as sample reads are: a manifest read is one GET a 503 must not fail.
+    let bytes = RetryStore::new(store, RetryConfig::default())
+        .get(key)
+        .await?;
     let text = std::str::from_utf8(&bytes).map_err(|e| {
         Error::Dataset(format!(
             "manifest {key:?} on {} is not UTF-8: {e}",
@@ -300,8 +308,10 @@ async fn read_manifest(
     parse(text, ManifestFormat::from_name(key))
 }
 
-/// Duplicate keys, and (in JSON, which says which is which) numbers among names.
-fn check_kinds(lines: &[(usize, String, Label)], format: ManifestFormat) -> Result<()> {
+/// Duplicate keys, and labels of both kinds (integers and class names): one kind per
+/// manifest, so a typo in one integer label cannot silently turn every label into a class
+/// name and remap them all. The line named is the first of the rarer kind.
+fn check_kinds(lines: &[(usize, String, Label)], _format: ManifestFormat) -> Result<()> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (line, key, _) in lines {
         if let Some(first) = seen.insert(key.as_str(), *line) {
@@ -310,17 +320,36 @@ fn check_kinds(lines: &[(usize, String, Label)], format: ManifestFormat) -> Resu
             )));
         }
     }
-    let named = lines.iter().any(|(_, _, l)| matches!(l, Label::Name(_)));
-    let numbered = lines.iter().find(|(_, _, l)| matches!(l, Label::Int(_)));
-    if named
-        && format == ManifestFormat::JsonLines
-        && let Some((line, _, _)) = numbered
-    {
-        return Err(Error::Dataset(format!(
-            "line {line}: a numeric label among class-name labels; use one kind"
-        )));
+    let names = lines
+        .iter()
+        .filter(|(_, _, l)| matches!(l, Label::Name(_)))
+        .count();
+    let ints = lines.len() - names;
+    if names == 0 || ints == 0 {
+        return Ok(());
     }
-    Ok(())
+    let first_is_name = matches!(lines[0].2, Label::Name(_));
+    let majority_is_name = names > ints || (names == ints && first_is_name);
+    let Some((line, _, label)) = lines
+        .iter()
+        .find(|(_, _, l)| matches!(l, Label::Name(_)) != majority_is_name)
+    else {
+        return Ok(());
+    };
+    let why = if majority_is_name {
+        "a numeric label among class-name labels".to_owned()
+    } else {
+        format!(
+            "label {:?} is not an integer, but the other labels are",
+            label.text()
+        )
+    };
+    let hint = if *line == lines[0].0 && !majority_is_name {
+        "; if this row is a header, name the columns key (or path, file) and label (or class)"
+    } else {
+        "; use one kind of label"
+    };
+    Err(Error::Dataset(format!("line {line}: {why}{hint}")))
 }
 
 enum Label {
@@ -339,6 +368,89 @@ impl Label {
 
 /// (line number, key, label) of every data line.
 fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, String, Label)>> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let out = match format {
+        ManifestFormat::Csv => parse_csv(text)?,
+        ManifestFormat::JsonLines => parse_json_lines(text)?,
+    };
+    if out.is_empty() {
+        return Err(Error::Dataset("the manifest lists no samples".into()));
+    }
+    Ok(out)
+}
+
+/// A label's text as a label: an integer, or else a class name.
+fn label_of(text: &str) -> Option<Label> {
+    match text.parse::<i64>() {
+        Ok(v) => Some(Label::Int(v)),
+        Err(_) if !text.is_empty() => Some(Label::Name(text.to_owned())),
+        Err(_) => None,
+    }
+}
+
+fn parse_csv(text: &str) -> Result<Vec<(usize, String, Label)>> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut out = Vec::new();
+    // (key column, label column): from a header, or key first.
+    let mut columns = (0, 1);
+    let mut first = true;
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            Error::Dataset(format!("line {line}: not valid CSV: {e}"))
+        })?;
+        let line = record.position().map_or(0, |p| p.line() as usize);
+        let fields: Vec<&str> = record.iter().collect();
+        if fields.iter().all(|f| f.is_empty()) {
+            continue;
+        }
+        let shown = fields.join(",");
+        let bad = |why: String| Error::Dataset(format!("line {line}: {why}: {shown:?}"));
+        if fields.len() != 2 {
+            return Err(bad(format!(
+                "expected key,label (2 fields) but found {}; quote a key that holds a comma",
+                fields.len()
+            )));
+        }
+        if std::mem::take(&mut first)
+            && let Some(header) = header_columns(fields[0], fields[1])
+        {
+            columns = header;
+            continue;
+        }
+        let (key, label) = (fields[columns.0], fields[columns.1]);
+        let label = label_of(label).ok_or_else(|| bad("the label is empty".into()))?;
+        if let Some(problem) = loader_storage::key_problem(key) {
+            return Err(bad(problem.to_owned()));
+        }
+        out.push((line, key.to_owned(), label));
+    }
+    Ok(out)
+}
+
+/// The (key, label) columns if a row names them, as a header does.
+fn header_columns(a: &str, b: &str) -> Option<(usize, usize)> {
+    let is_key = |s: &str| {
+        ["key", "path", "file"]
+            .iter()
+            .any(|n| s.eq_ignore_ascii_case(n))
+    };
+    let is_label = |s: &str| ["label", "class"].iter().any(|n| s.eq_ignore_ascii_case(n));
+    if is_key(a) && is_label(b) {
+        Some((0, 1))
+    } else if is_label(a) && is_key(b) {
+        Some((1, 0))
+    } else {
+        None
+    }
+}
+
+fn parse_json_lines(text: &str) -> Result<Vec<(usize, String, Label)>> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -347,48 +459,25 @@ fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, String,
             continue;
         }
         let bad = |why: String| Error::Dataset(format!("line {line}: {why}: {trimmed:?}"));
-        let (key, label) = match format {
-            ManifestFormat::Csv => {
-                if out.is_empty() && trimmed.eq_ignore_ascii_case("key,label") {
-                    continue; // header
-                }
-                let (key, label) = trimmed
-                    .rsplit_once(',')
-                    .ok_or_else(|| bad("expected key,label".into()))?;
-                let (key, label) = (key.trim(), label.trim());
-                let label = match label.parse::<i64>() {
-                    Ok(v) => Label::Int(v),
-                    Err(_) if !label.is_empty() => Label::Name(label.to_owned()),
-                    Err(_) => return Err(bad("the label is empty".into())),
-                };
-                (key.to_owned(), label)
-            }
-            ManifestFormat::JsonLines => {
-                let value: serde_json::Value =
-                    serde_json::from_str(trimmed).map_err(|e| bad(format!("not JSON ({e})")))?;
-                let key = value
-                    .get("key")
-                    .and_then(|k| k.as_str())
-                    .ok_or_else(|| bad("no string \"key\"".into()))?
-                    .to_owned();
-                let label = match value.get("label") {
-                    Some(serde_json::Value::Number(n)) => Label::Int(
-                        n.as_i64()
-                            .ok_or_else(|| bad("the label is not an integer".into()))?,
-                    ),
-                    Some(serde_json::Value::String(s)) if !s.is_empty() => Label::Name(s.clone()),
-                    _ => return Err(bad("no integer or string \"label\"".into())),
-                };
-                (key, label)
-            }
+        let value: serde_json::Value =
+            serde_json::from_str(trimmed).map_err(|e| bad(format!("not JSON ({e})")))?;
+        let key = value
+            .get("key")
+            .and_then(|k| k.as_str())
+            .ok_or_else(|| bad("no string \"key\"".into()))?
+            .to_owned();
+        let label = match value.get("label") {
+            Some(serde_json::Value::Number(n)) => Label::Int(
+                n.as_i64()
+                    .ok_or_else(|| bad("the label is not an integer".into()))?,
+            ),
+            Some(serde_json::Value::String(s)) if !s.is_empty() => Label::Name(s.clone()),
+            _ => return Err(bad("no integer or string \"label\"".into())),
         };
         if let Some(problem) = loader_storage::key_problem(&key) {
             return Err(bad(problem.to_owned()));
         }
         out.push((line, key, label));
-    }
-    if out.is_empty() {
-        return Err(Error::Dataset("the manifest lists no samples".into()));
     }
     Ok(out)
 }
@@ -454,7 +543,7 @@ mod tests {
             (
                 "a.jpg,1\nb.jpg\n",
                 ManifestFormat::Csv,
-                "line 2: expected key,label",
+                "line 2: expected key,label (2 fields) but found 1",
             ),
             (
                 "a.jpg,1\na.jpg,2\n",
@@ -479,7 +568,7 @@ mod tests {
             (
                 "{\"key\":\"a\",\"label\":1}\n{\"key\":\"b\",\"label\":\"cat\"}\n",
                 ManifestFormat::JsonLines,
-                "line 1: a numeric label",
+                "line 2: label \"cat\" is not an integer",
             ),
             (
                 "{\"key\":\"a\",\"label\":1.5}\n",
@@ -491,6 +580,46 @@ mod tests {
             let err = Dataset::parse_manifest(text, format)
                 .unwrap_err()
                 .to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+    }
+
+    // Defect 4: a header naming other columns became a sample, and its "label" a class
+    // that shifted every other label.
+    #[test]
+    fn csv_headers_are_recognised_by_their_column_names_or_refused() {
+        for text in [
+            "path,label\na.jpg,2\nb.jpg,10\n",
+            "\u{feff}path,label\na.jpg,2\nb.jpg,10\n",
+            "key, label\na.jpg,2\nb.jpg,10\n",
+            "FILE,Class\na.jpg,2\nb.jpg,10\n",
+            "\u{feff}a.jpg,2\nb.jpg,10\n",
+            "\"a.jpg\",2\r\nb.jpg,10\r\n",
+        ] {
+            let d = Dataset::parse_manifest(text, ManifestFormat::Csv)
+                .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            let got: Vec<(&str, i64)> = d.items().iter().map(|i| (&*i.key, i.label)).collect();
+            assert_eq!(got, [("a.jpg", 2), ("b.jpg", 10)], "{text:?}");
+            assert!(d.classes().is_empty(), "{text:?}");
+        }
+        // A header with the columns the other way round.
+        let d = Dataset::parse_manifest("label,path\n2,a.jpg\n", ManifestFormat::Csv).unwrap();
+        assert_eq!((&*d.items()[0].key, d.items()[0].label), ("a.jpg", 2));
+        // Quoted keys may hold commas.
+        let d = Dataset::parse_manifest("\"a,b.jpg\",cat\n", ManifestFormat::Csv).unwrap();
+        assert_eq!(&*d.items()[0].key, "a,b.jpg");
+        for (text, needle) in [
+            // One typo in an integer label: not a class name among numbers.
+            ("a.jpg,2\nb.jpg,1O\nc.jpg,3\n", "line 2"),
+            ("a.jpg,cat\nb.jpg,3\n", "line 2"),
+            // A first row that is neither data nor a header naming the columns.
+            ("filename,target\na.jpg,2\nb.jpg,3\n", "line 1"),
+            ("a.jpg,2,extra\n", "line 1"),
+            ("path,label\na.jpg\n", "line 2"),
+        ] {
+            let err = Dataset::parse_manifest(text, ManifestFormat::Csv)
+                .map(|d| format!("parsed as {:?}", d.items()))
+                .unwrap_or_else(|e| e.to_string());
             assert!(err.contains(needle), "{text:?}: {err}");
         }
     }
