@@ -155,6 +155,10 @@ fn jpeg_error(err: DecodeErrors) -> DecodeError {
 }
 
 fn decode_jpeg(bytes: &[u8], options: &DecodeOptions, buffer: Vec<u8>) -> Result<Image> {
+    // Header damage that libjpeg reads past (and so PIL and torchvision decode) would make
+    // zune-jpeg's strict mode refuse the file; strict mode stays, for the scan's sake.
+    let repaired = jpeg_markers::repair(bytes);
+    let bytes = repaired.as_deref().unwrap_or(bytes);
     let markers = jpeg_markers::inspect(bytes);
     let image = if jpeg_markers::zune_handles(&markers.sampling) {
         decode_jpeg_zune(bytes, options, buffer)?

@@ -66,3 +66,101 @@ pub(crate) fn zune_handles(sampling: &[(u8, u8)]) -> bool {
         .iter()
         .all(|hv| matches!(hv, (1, 1) | (2, 1) | (1, 2) | (2, 2) | (4, 1)))
 }
+
+const APP14: u8 = 0xEE;
+const COM: u8 = 0xFE;
+
+/// Whether a marker opens a segment that only carries metadata (APP0..APP15, COM): one
+/// that libjpeg skips over when it is damaged, and so may we.
+fn is_metadata(marker: u8) -> bool {
+    (0xE0..=0xEF).contains(&marker) || marker == COM
+}
+
+/// The file with the header damage that libjpeg-turbo (and so PIL and torchvision) reads
+/// past removed, or `None` when there is none (the usual case: nothing is copied). What
+/// libjpeg tolerates with a warning and zune-jpeg refuses: bytes between markers, a
+/// metadata segment whose length is under 2, an Adobe APP14 segment too short to hold its
+/// transform flag (libjpeg treats it as an unknown APP14). Only what precedes the first
+/// scan is touched; damage there or elsewhere is left for the decoder to report.
+pub(crate) fn repair(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut changed = false;
+    let mut at = 2; // after SOI
+    out.extend_from_slice(bytes.get(..2)?);
+    loop {
+        let start = at;
+        while *bytes.get(at)? != 0xFF {
+            at += 1;
+        }
+        changed |= at > start; // bytes between segments
+        while *bytes.get(at)? == 0xFF {
+            at += 1; // fill bytes, which every decoder skips
+        }
+        let marker = *bytes.get(at)?;
+        at += 1;
+        if marker == 0x00 {
+            changed = true; // a stuffed zero outside any scan: garbage
+            continue;
+        }
+        if marker == SOS || marker == EOI {
+            if !changed {
+                return None;
+            }
+            out.extend_from_slice(&[0xFF, marker]);
+            out.extend_from_slice(bytes.get(at..)?);
+            return Some(out);
+        }
+        if (0xD0..=0xD7).contains(&marker) || marker == 0x01 {
+            out.extend_from_slice(&[0xFF, marker]);
+            continue;
+        }
+        let len = usize::from(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]));
+        if len < 2 {
+            if !is_metadata(marker) {
+                return None;
+            }
+            changed = true;
+            at += 2; // libjpeg skips the length and looks for the next marker
+            continue;
+        }
+        let segment = bytes.get(at..at + len)?;
+        if marker == APP14 && segment[2..].starts_with(b"Adobe") && len < 14 {
+            changed = true;
+            at += len;
+            continue;
+        }
+        out.extend_from_slice(&[0xFF, marker]);
+        out.extend_from_slice(segment);
+        at += len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sound_header_is_not_copied() {
+        let jpeg = [
+            0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 1, 2, 0xFF, SOS, 0, 0, 0xFF, EOI,
+        ];
+        assert_eq!(repair(&jpeg), None);
+    }
+
+    #[test]
+    fn garbage_and_broken_metadata_are_dropped() {
+        let jpeg = [
+            0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 1, 2, b'x', b'y', 0xFF, 0xE1, 0x00, 0x00, 0xFF,
+            APP14, 0x00, 0x08, b'A', b'd', b'o', b'b', b'e', 0, 0xFF, SOS, 9, 9,
+        ];
+        assert_eq!(
+            repair(&jpeg).unwrap(),
+            [0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 1, 2, 0xFF, SOS, 9, 9]
+        );
+    }
+
+    #[test]
+    fn cut_headers_are_left_to_the_decoder() {
+        assert_eq!(repair(&[0xFF, 0xD8, b'x', 0xFF, 0xE0, 0x00]), None);
+    }
+}

@@ -515,3 +515,69 @@ fn a_reused_output_buffer_holds_exactly_the_new_sample() {
         }
     }
 }
+
+/// `bytes` with `insert` placed right after the segment that starts at byte 2 (APP0 for
+/// jpeg-encoder's files): where cameras and editors put their metadata.
+fn after_app0(bytes: &[u8], insert: &[u8]) -> Vec<u8> {
+    assert_eq!(&bytes[2..4], [0xFF, 0xE0], "jpeg-encoder starts with APP0");
+    let len = usize::from(u16::from_be_bytes([bytes[4], bytes[5]]));
+    let at = 4 + len;
+    [&bytes[..at], insert, &bytes[at..]].concat()
+}
+
+// Defect 9: real-world files that libjpeg-turbo (PIL, torchvision) decode were refused by
+// the strict decoder. Each damage here is outside the image data, so the pixels must be
+// exactly those of the undamaged file.
+#[test]
+fn files_with_damaged_metadata_decode_as_libjpeg_decodes_them() {
+    let clean_files = [
+        encode(&rgb_pixels(), ColorType::Rgb, |_| {}),
+        encode(&rgb_pixels(), ColorType::Rgb, |e| e.set_progressive(true)),
+        encode(&gray_pixels(), ColorType::Luma, |_| {}),
+    ];
+    let damages: [(&str, Vec<u8>); 6] = [
+        ("bytes between markers", b"\x00\x00garbage\x0a\x0d".to_vec()),
+        ("a stray 0x00 after a segment", vec![0x00]),
+        (
+            "a truncated Adobe APP14 segment",
+            [&[0xFF, 0xEE, 0x00, 0x08][..], b"Adobe\0"].concat(),
+        ),
+        (
+            "an EXIF segment with a corrupt TIFF header",
+            [
+                &[0xFF, 0xE1, 0x00, 0x10][..],
+                b"Exif\0\0",
+                b"\xde\xad\xbe\xef\x00\x01\x02\x03",
+            ]
+            .concat(),
+        ),
+        (
+            "an APP1 segment with a length of 0",
+            vec![0xFF, 0xE1, 0x00, 0x00],
+        ),
+        (
+            "a comment and garbage",
+            [&[0xFF, 0xFE, 0x00, 0x05][..], b"hi!", b"junk"].concat(),
+        ),
+    ];
+    for clean in &clean_files {
+        let want = rgb(clean);
+        for (what, damage) in &damages {
+            let damaged = after_app0(clean, damage);
+            let got = decode(&damaged, &DecodeOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(
+                (got.width, got.height, got.channels),
+                (want.width, want.height, want.channels),
+                "{what}"
+            );
+            assert!(got.data == want.data, "{what}: the pixels differ");
+            // And a file with that damage cut inside its scan is still refused.
+            let cut = &damaged[..damaged.len() - 40];
+            assert!(
+                decode(cut, &DecodeOptions::default()).is_err(),
+                "{what}: cut"
+            );
+        }
+    }
+}
