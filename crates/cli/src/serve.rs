@@ -30,6 +30,10 @@ pub struct Args {
     /// Round-trip time to add in front of the server, through a TCP delay proxy.
     #[arg(long, default_value_t = 0, value_name = "MS")]
     rtt: u64,
+    /// Accept S3 writes (put, copy, delete, create and delete buckets) into DIR. Off by
+    /// default: a command for trying things must not let a client delete the folder.
+    #[arg(long)]
+    writable: bool,
 }
 
 pub fn main(args: Args) -> Result {
@@ -39,7 +43,11 @@ pub fn main(args: Args) -> Result {
     let proxied = args.rtt > 0;
     let server_port = if proxied { 0 } else { args.port };
     let (s3, http) = match args.kind {
-        Kind::S3 => (Some(S3Server::start_on(&args.dir, server_port)?), None),
+        Kind::S3 if args.writable => (Some(S3Server::start_on(&args.dir, server_port)?), None),
+        Kind::S3 => (
+            Some(S3Server::start_read_only(&args.dir, server_port)?),
+            None,
+        ),
         Kind::Http => (None, Some(HttpServer::start_on(&args.dir, server_port)?)),
     };
     let server_addr = match (&s3, &http) {
@@ -60,6 +68,15 @@ pub fn main(args: Args) -> Result {
         .as_ref()
         .map_or_else(|| format!("http://{server_addr}"), DelayProxy::url);
     println!("endpoint: {endpoint}");
+    // The servers bind 127.0.0.1 only: nothing here is meant to be reachable from elsewhere.
+    let mode = match args.kind {
+        Kind::S3 if args.writable => "read-write (--writable)",
+        _ => "read-only",
+    };
+    println!(
+        "serving {} {mode}, on loopback (127.0.0.1) only",
+        args.dir.display()
+    );
     if proxied {
         println!(
             "rtt: {} ms (delay proxy in front of http://{server_addr})",

@@ -192,9 +192,37 @@ fn serve_s3_answers_a_signed_get() {
         .build()
         .unwrap();
     let got = runtime.block_on(store.get("x.bin"));
+    // Writes, signed with the right keys, are refused: a command for trying things must
+    // not let a client delete the user's folder.
+    let writer = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("data")
+        .with_endpoint(field(&lines, "endpoint:"))
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id(field(&lines, "access key:"))
+        .with_secret_access_key(field(&lines, "secret key:"))
+        .with_virtual_hosted_style_request(false)
+        .build()
+        .unwrap();
+    let path = object_store::path::Path::from("x.bin");
+    let deleted = runtime.block_on(object_store::ObjectStoreExt::delete(&writer, &path));
+    let put = runtime.block_on(object_store::ObjectStoreExt::put(
+        &writer,
+        &object_store::path::Path::from("new.bin"),
+        object_store::PutPayload::from_static(b"x"),
+    ));
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(got.unwrap().as_ref(), b"payload");
+    assert!(deleted.is_err() && put.is_err(), "{deleted:?} {put:?}");
+    assert!(dir.path().join("data/x.bin").exists());
+    assert!(!dir.path().join("data/new.bin").exists());
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("read-only") && l.contains("loopback")),
+        "{lines:?}"
+    );
 }
 
 #[test]

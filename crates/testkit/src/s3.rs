@@ -22,6 +22,7 @@ pub struct S3Server {
     root: PathBuf,
     access_key: String,
     secret_key: String,
+    read_only: bool,
     background: Option<Background>,
 }
 
@@ -42,8 +43,18 @@ impl S3Server {
         Self::start_on(root, 0)
     }
 
-    /// Serve `root` on `port` (0 for any free port).
+    /// Serve `root` on `port` (0 for any free port), writable: tests may upload.
     pub fn start_on(root: impl AsRef<Path>, port: u16) -> io::Result<Self> {
+        Self::start_with(root, port, false)
+    }
+
+    /// Serve `root` on `port` refusing every write (put, copy, delete, bucket creation and
+    /// deletion) with `AccessDenied`: what `loader serve` runs over a user's folder.
+    pub fn start_read_only(root: impl AsRef<Path>, port: u16) -> io::Result<Self> {
+        Self::start_with(root, port, true)
+    }
+
+    fn start_with(root: impl AsRef<Path>, port: u16, read_only: bool) -> io::Result<Self> {
         let mut rng = rand::rng();
         let access_key = format!(
             "LT{}",
@@ -51,12 +62,13 @@ impl S3Server {
         );
         let secret_key = Alphanumeric.sample_string(&mut rng, 40);
         let root = root.as_ref().to_path_buf();
-        let (addr, background) = serve(&root, port, &access_key, &secret_key)?;
+        let (addr, background) = serve(&root, port, &access_key, &secret_key, read_only)?;
         Ok(Self {
             addr,
             root,
             access_key,
             secret_key,
+            read_only,
             background: Some(background),
         })
     }
@@ -76,6 +88,7 @@ impl S3Server {
                 self.addr.port(),
                 &self.access_key,
                 &self.secret_key,
+                self.read_only,
             )?;
             self.background = Some(background);
         }
@@ -136,8 +149,9 @@ fn serve(
     port: u16,
     access_key: &str,
     secret_key: &str,
+    read_only: bool,
 ) -> io::Result<(SocketAddr, Background)> {
-    let mut builder = S3ServiceBuilder::new(DirStore::new(root)?);
+    let mut builder = S3ServiceBuilder::new(DirStore::new(root, read_only)?);
     builder.set_auth(SimpleAuth::from_single(
         access_key.to_owned(),
         secret_key.to_owned(),

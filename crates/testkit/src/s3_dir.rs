@@ -23,17 +23,21 @@ use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 pub(crate) struct DirStore {
     fs: s3s_fs::FileSystem,
     root: PathBuf,
+    /// Refuse every write (put, copy, delete, bucket creation), as `loader serve` does by
+    /// default over a user's folder.
+    read_only: bool,
     etags: Mutex<HashMap<PathBuf, (u64, SystemTime, String)>>,
 }
 
 impl DirStore {
-    pub(crate) fn new(root: &Path) -> std::io::Result<Self> {
+    pub(crate) fn new(root: &Path, read_only: bool) -> std::io::Result<Self> {
         let fs = s3s_fs::FileSystem::new(root).map_err(|e| {
             std::io::Error::other(format!("cannot serve {}: {e:?}", root.display()))
         })?;
         Ok(Self {
             fs,
             root: root.canonicalize()?,
+            read_only,
             etags: Mutex::new(HashMap::new()),
         })
     }
@@ -139,14 +143,24 @@ fn read_with_etag(
     })
 }
 
-/// The S3 operations s3s-fs implements go to it, except whole-object GETs of plain files.
+/// The S3 operations s3s-fs implements go to it, except whole-object GETs of plain files;
+/// writes only while the store is not read-only.
 macro_rules! delegate_to_s3s_fs {
-    ($($op:ident($input:ident) -> $output:ident;)*) => {
+    (read { $($op:ident($input:ident) -> $output:ident;)* }
+     write { $($wop:ident($winput:ident) -> $woutput:ident;)* }) => {
         #[async_trait::async_trait]
         impl S3 for DirStore {
             $(
                 async fn $op(&self, req: S3Request<$input>) -> S3Result<S3Response<$output>> {
                     self.fs.$op(req).await
+                }
+            )*
+            $(
+                async fn $wop(&self, req: S3Request<$winput>) -> S3Result<S3Response<$woutput>> {
+                    if self.read_only {
+                        return Err(s3_error!(AccessDenied, "this server is read-only"));
+                    }
+                    self.fs.$wop(req).await
                 }
             )*
 
@@ -166,22 +180,26 @@ macro_rules! delegate_to_s3s_fs {
 }
 
 delegate_to_s3s_fs! {
-    create_bucket(CreateBucketInput) -> CreateBucketOutput;
-    copy_object(CopyObjectInput) -> CopyObjectOutput;
-    delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
-    delete_object(DeleteObjectInput) -> DeleteObjectOutput;
-    delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
-    get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
-    head_bucket(HeadBucketInput) -> HeadBucketOutput;
-    head_object(HeadObjectInput) -> HeadObjectOutput;
-    list_buckets(ListBucketsInput) -> ListBucketsOutput;
-    list_objects(ListObjectsInput) -> ListObjectsOutput;
-    list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
-    put_object(PutObjectInput) -> PutObjectOutput;
-    create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
-    upload_part(UploadPartInput) -> UploadPartOutput;
-    upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
-    list_parts(ListPartsInput) -> ListPartsOutput;
-    complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
-    abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
+    read {
+        get_bucket_location(GetBucketLocationInput) -> GetBucketLocationOutput;
+        head_bucket(HeadBucketInput) -> HeadBucketOutput;
+        head_object(HeadObjectInput) -> HeadObjectOutput;
+        list_buckets(ListBucketsInput) -> ListBucketsOutput;
+        list_objects(ListObjectsInput) -> ListObjectsOutput;
+        list_objects_v2(ListObjectsV2Input) -> ListObjectsV2Output;
+        list_parts(ListPartsInput) -> ListPartsOutput;
+    }
+    write {
+        create_bucket(CreateBucketInput) -> CreateBucketOutput;
+        copy_object(CopyObjectInput) -> CopyObjectOutput;
+        delete_bucket(DeleteBucketInput) -> DeleteBucketOutput;
+        delete_object(DeleteObjectInput) -> DeleteObjectOutput;
+        delete_objects(DeleteObjectsInput) -> DeleteObjectsOutput;
+        put_object(PutObjectInput) -> PutObjectOutput;
+        create_multipart_upload(CreateMultipartUploadInput) -> CreateMultipartUploadOutput;
+        upload_part(UploadPartInput) -> UploadPartOutput;
+        upload_part_copy(UploadPartCopyInput) -> UploadPartCopyOutput;
+        complete_multipart_upload(CompleteMultipartUploadInput) -> CompleteMultipartUploadOutput;
+        abort_multipart_upload(AbortMultipartUploadInput) -> AbortMultipartUploadOutput;
+    }
 }
