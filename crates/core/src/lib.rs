@@ -36,6 +36,12 @@
 //! # }
 //! ```
 
+/// The README's code, compiled and run as doc tests, so the training loop a user copies is
+/// the one that is tested.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 mod batch;
 mod buffer;
 mod dataset;

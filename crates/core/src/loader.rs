@@ -12,7 +12,8 @@ use loader_scheduler::{
     BatchPlan, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
     SampleInfo, Stage, StageError, WorkItem,
 };
-use loader_storage::DynStorage;
+use loader_storage::layer::RetryConfig;
+use loader_storage::{DynStorage, StorageExt};
 
 use crate::batch::{Batch, collate_into};
 use crate::buffer::BufferPool;
@@ -21,6 +22,10 @@ use crate::{Dataset, Error, Result};
 /// Where a loader stands: the epoch, and how many of its items were delivered (skipped
 /// items count as delivered: they were reported). Serialisable into any checkpoint.
 pub type LoaderState = SamplerState;
+
+/// The default deadline of one attempt of one request: far above any healthy GET of a
+/// sample, so only a stalled connection trips it, and then the retry policy takes over.
+pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Turns the CPU stage's outputs for one batch into the batch type a caller wants.
 pub type Collate<T, B> = Arc<dyn Fn(RawBatch<T>, &Dataset) -> Result<B> + Send + Sync>;
@@ -37,6 +42,8 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     stage: Stage<T>,
     collate: Collate<T, B>,
     config: Config,
+    retry: Option<RetryConfig>,
+    request_timeout: Option<std::time::Duration>,
 }
 
 /// Loads batches of a [`Dataset`] from a store: a blocking `Iterator` and an async
@@ -113,6 +120,8 @@ impl DataLoader {
             stage,
             collate,
             config: Config::default(),
+            retry: Some(RetryConfig::default()),
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         }
     }
 }
@@ -185,6 +194,22 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// How sample reads are retried: by default [`RetryConfig::default()`] (transient
+    /// failures and timeouts, 10 attempts within 2 minutes, jittered backoff), so a 503
+    /// SlowDown, a reset connection or a store that is away for a few seconds costs time,
+    /// not the run. `None` turns retrying off, e.g. for a store that retries by itself.
+    pub fn retry(mut self, retry: Option<RetryConfig>) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The deadline of each attempt of each sample read (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`]); a timed-out attempt is retried. `None`: no deadline.
+    pub fn request_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
     /// Run on this tokio runtime instead of one the loader owns.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
         self.config.runtime = Some(handle);
@@ -221,8 +246,17 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
                 if self.drop_last { ", drop_last" } else { "" }
             )));
         }
+        // Per attempt, inside the retry: a stalled attempt is abandoned and repeated.
+        let storage = match self.request_timeout {
+            Some(timeout) => Arc::new(self.storage.with_timeout(timeout)) as DynStorage,
+            None => self.storage,
+        };
+        let storage = match self.retry {
+            Some(retry) => Arc::new(storage.with_retry(retry)) as DynStorage,
+            None => storage,
+        };
         Ok(DataLoader {
-            storage: self.storage,
+            storage,
             dataset: self.dataset,
             sampler,
             batch_size: self.batch_size,
@@ -271,6 +305,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             stage,
             collate,
             config: self.config,
+            retry: self.retry,
+            request_timeout: self.request_timeout,
         }
     }
 }
@@ -292,10 +328,11 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     }
 
     /// The epoch the next pass reads, as PyTorch's `sampler.set_epoch`. Setting the epoch
-    /// the loader is about to read anyway keeps what it prefetched.
+    /// the loader is already in keeps its position (and what it prefetched): after
+    /// `resume(state)`, the training loop's `set_epoch(state.epoch)` continues the epoch
+    /// instead of reading its first samples again. Another epoch starts at its beginning.
     pub fn set_epoch(&mut self, epoch: u64) {
-        let next = self.next_state();
-        if next != (LoaderState { epoch, position: 0 }) {
+        if self.next_state().epoch != epoch {
             self.restart(LoaderState { epoch, position: 0 });
         }
     }
@@ -361,11 +398,6 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         let (batch_size, drop_last, start) = (self.batch_size, self.drop_last, self.state);
         (start.epoch..).flat_map(move |epoch| {
             let batches = BatchSampler::new(Arc::clone(&sampler), batch_size, drop_last);
-            let epoch_items = if drop_last {
-                (batches.len() * batch_size) as u64
-            } else {
-                sampler.len() as u64
-            };
             let from = if epoch == start.epoch {
                 start.position
             } else {
@@ -373,38 +405,62 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
             };
             let dataset = dataset.clone();
             let mut position = from;
-            batches
+            let mut cut = batches
                 .resume(LoaderState {
                     epoch,
                     position: from,
                 })
-                .map(move |indices| {
-                    let items: Vec<WorkItem> = indices
-                        .iter()
-                        .map(|&i| WorkItem {
-                            index: i as u64,
-                            // An index past the dataset reads as an invalid key, reported per item.
-                            key: dataset
-                                .get(i)
-                                .map_or_else(|| Arc::from(""), |item| Arc::clone(&item.key)),
-                        })
-                        .collect();
-                    let plan = BatchPlan {
-                        epoch,
-                        position,
-                        last_in_epoch: position + items.len() as u64 >= epoch_items,
-                        items,
-                    };
-                    position += plan.items.len() as u64;
-                    plan
-                })
+                .peekable();
+            // The last batch is the one after which the sampler has nothing left, whatever
+            // its `len()` says: a sampler that yields fewer indices than it claims must
+            // end its epoch, not run on into the next one within the same pass.
+            std::iter::from_fn(move || {
+                let indices = cut.next()?;
+                let items: Vec<WorkItem> = indices
+                    .iter()
+                    .map(|&i| WorkItem {
+                        index: i as u64,
+                        // An index past the dataset reads as an invalid key, reported per item.
+                        key: dataset
+                            .get(i)
+                            .map_or_else(|| Arc::from(""), |item| Arc::clone(&item.key)),
+                    })
+                    .collect();
+                let plan = BatchPlan {
+                    epoch,
+                    position,
+                    last_in_epoch: cut.peek().is_none(),
+                    items,
+                };
+                position += plan.items.len() as u64;
+                Some(plan)
+            })
         })
     }
 
-    fn ensure_engine(&mut self) -> Result<()> {
+    /// Whether the epoch of `state` has no batch left from its position: a resume into
+    /// the tail that `drop_last` drops (e.g. a checkpoint taken with another batch size).
+    fn nothing_left(&self) -> bool {
+        BatchSampler::new(Arc::clone(&self.sampler), self.batch_size, self.drop_last)
+            .resume(self.state)
+            .next()
+            .is_none()
+    }
+
+    /// Start the engine if none runs. `Ok(false)`: the epoch has nothing left, so this pass
+    /// is empty and the state moves to the next epoch (the engine, which runs on across
+    /// epochs, would otherwise deliver the next epoch within this pass).
+    fn ensure_engine(&mut self) -> Result<bool> {
         if self.skip_to_next_epoch {
             let next = self.next_state();
             self.restart(next);
+        }
+        if self.engine.is_none() && self.nothing_left() {
+            self.state = LoaderState {
+                epoch: self.state.epoch + 1,
+                position: 0,
+            };
+            return Ok(false);
         }
         if self.engine.is_none() {
             let engine = Engine::start(
@@ -416,7 +472,15 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
             self.metrics = Some(engine.metrics());
             self.engine = Some(engine);
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// A batch failed: this pass ends here and the next one starts the next epoch, while
+    /// `state()` still points at the failed batch.
+    fn fail_pass(&mut self) {
+        self.engine = None;
+        self.end_of_pass = true;
+        self.skip_to_next_epoch = true;
     }
 
     fn handle(
@@ -424,26 +488,37 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         raw: Option<std::result::Result<RawBatch<T>, EngineError>>,
     ) -> Option<Result<B>> {
         match raw {
-            Some(Ok(raw)) => {
-                self.state.position = match self.config.order {
+            Some(Ok(mut raw)) => {
+                // Handed over: what the caller keeps in its batches is its own memory, and
+                // a caller that collects a whole epoch must not stall the engine.
+                raw.release_window();
+                let delivered = match self.config.order {
                     Order::Sampler => raw.position + raw.planned as u64,
                     Order::AsCompleted => self.state.position + raw.planned as u64,
                 };
-                if raw.last_in_epoch {
-                    self.state = LoaderState {
-                        epoch: raw.epoch + 1,
-                        position: 0,
-                    };
-                    self.end_of_pass = true;
+                let (epoch, last) = (raw.epoch, raw.last_in_epoch);
+                match (self.collate)(raw, &self.dataset) {
+                    Ok(batch) => {
+                        self.state.position = delivered;
+                        if last {
+                            self.state = LoaderState {
+                                epoch: epoch + 1,
+                                position: 0,
+                            };
+                            self.end_of_pass = true;
+                        }
+                        Some(Ok(batch))
+                    }
+                    // Not delivered, so not counted: as a failed batch, the pass ends and
+                    // `state()` points at this batch, which a resume reads again.
+                    Err(e) => {
+                        self.fail_pass();
+                        Some(Err(e))
+                    }
                 }
-                Some((self.collate)(raw, &self.dataset))
             }
             Some(Err(e)) => {
-                // The engine stops after a failed batch; this pass ends here and the next
-                // one starts the next epoch, while `state()` still points at the failure.
-                self.engine = None;
-                self.end_of_pass = true;
-                self.skip_to_next_epoch = true;
+                self.fail_pass();
                 Some(Err(e.into()))
             }
             None => {
@@ -461,8 +536,10 @@ impl<T: Send + 'static, B> Iterator for DataLoader<T, B> {
         if std::mem::take(&mut self.end_of_pass) {
             return None;
         }
-        if let Err(e) = self.ensure_engine() {
-            return Some(Err(e));
+        match self.ensure_engine() {
+            Err(e) => return Some(Err(e)),
+            Ok(false) => return None,
+            Ok(true) => {}
         }
         let raw = self.engine.as_mut()?.next_blocking();
         self.handle(raw)
@@ -481,8 +558,10 @@ impl<T: Send + 'static, B> Stream for DataLoader<T, B> {
         if std::mem::take(&mut this.end_of_pass) {
             return Poll::Ready(None);
         }
-        if let Err(e) = this.ensure_engine() {
-            return Poll::Ready(Some(Err(e)));
+        match this.ensure_engine() {
+            Err(e) => return Poll::Ready(Some(Err(e))),
+            Ok(false) => return Poll::Ready(None),
+            Ok(true) => {}
         }
         let Some(engine) = this.engine.as_mut() else {
             return Poll::Ready(None);
