@@ -1,9 +1,8 @@
 //! `loader run`: iterate a real dataset with a progress bar, then the per-stage summary.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::storage::layer::RetryConfig;
 use loader_core::{DataLoader, Dataset, ErrorPolicy, Fetch, Pipeline, StorageExt, from_url};
 
 use crate::{Result, Strategy};
@@ -74,12 +73,12 @@ pub fn fetch(strategy: Strategy, max_in_flight: usize, threads: usize) -> Fetch 
 
 pub fn main(args: Args) -> Result {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let store = from_url(&args.url, parse_options(&args.options)?)?
-        .with_timeout(Duration::from_secs(30))
-        .with_retry(RetryConfig::default())
-        .with_metrics();
+    // Retries and timeouts are the loader's defaults (and the dataset reads' own); the
+    // metrics layer underneath counts every attempt.
+    let store = from_url(&args.url, parse_options(&args.options)?)?.with_metrics();
     let requests = store.metrics();
     let store = store.into_dyn();
+    let store_name = store.name().to_owned();
     let dataset = match &args.manifest {
         Some(key) => Dataset::manifest_blocking(&*store, key)?,
         None => Dataset::image_folder_blocking(&*store)?,
@@ -153,7 +152,8 @@ pub fn main(args: Args) -> Result {
     }
     if args.json {
         let json = serde_json::json!({
-            "url": args.url,
+            // The store's name, never the URL as given: it may hold credentials.
+            "url": store_name,
             "images": images,
             "skipped": skipped,
             "seconds": seconds,

@@ -272,3 +272,47 @@ fn run_iterates_a_dataset_and_writes_a_chrome_trace() {
     );
     assert!(count("batch ready") >= 8);
 }
+
+// Defect 6, the command line: `--json`, progress lines and errors show the store's name,
+// never the URL as typed, whose user info or query may hold credentials.
+#[test]
+fn run_never_prints_the_credentials_of_its_url() {
+    let data = tempfile::tempdir().unwrap();
+    let generated = loader()
+        .arg("gen")
+        .arg(data.path())
+        .args(["--images", "6", "--classes", "2", "--tiny"])
+        .output()
+        .unwrap();
+    assert!(generated.status.success());
+    let listing: Vec<String> = ["class_000", "class_001"]
+        .iter()
+        .flat_map(|class| {
+            std::fs::read_dir(data.path().join(class))
+                .unwrap()
+                .map(move |e| format!("{class}/{},0", e.unwrap().file_name().to_string_lossy()))
+        })
+        .collect();
+    std::fs::write(data.path().join("m.csv"), listing.join("\n")).unwrap();
+    let http = loader_testkit::HttpServer::start(data.path()).unwrap();
+    for url in [
+        format!("{}/?X-Amz-Signature=sekrit", http.url()),
+        format!("http://user:sekrit@{}/", http.addr()),
+        "s3://AKIDEXAMPLE:sekrit/XUtnFEMI@bucket/p".to_owned(),
+    ] {
+        let out = loader()
+            .arg("run")
+            .arg(&url)
+            .args(["--manifest", "m.csv", "--batch-size", "3", "--json"])
+            .output()
+            .unwrap();
+        let shown = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for secret in ["sekrit", "AKIDEXAMPLE", "XUtnFEMI"] {
+            assert!(!shown.contains(secret), "{url}: {shown}");
+        }
+    }
+}

@@ -252,6 +252,47 @@ async fn dead_server_fails_fast_with_a_transient_error() {
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
 }
 
+// Defect 10: a whole-object read allocated what the server's Content-Length announced
+// before a byte arrived. Over the per-read limit it is refused by that announcement, with
+// the key and the size, from S3, HTTP and local disk alike; a range under it is fine.
+#[tokio::test]
+async fn reads_over_the_size_limit_are_refused_by_their_announced_size() {
+    let root = fixture();
+    let server = S3Server::start(root.path()).unwrap();
+    let http = HttpServer::start(root.path().join(BUCKET)).unwrap();
+    let mut s3_options = server.options();
+    s3_options.push(("max_read_bytes".into(), "500".into()));
+    let limited = [
+        from_url(&format!("s3://{BUCKET}"), s3_options).unwrap(),
+        from_url(&http.url(), [("max_read_bytes", "500")]).unwrap(),
+        from_url(
+            &root.path().join(BUCKET).to_string_lossy(),
+            [("max_read_bytes", "500")],
+        )
+        .unwrap(),
+    ];
+    for store in limited {
+        let name = store.name().to_owned();
+        let err = store.get("dir/b.bin").await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("\"dir/b.bin\"") && text.contains("1000 bytes") && text.contains(&name),
+            "{name}: {text}"
+        );
+        assert!(
+            store.get_range("dir/b.bin", 0..2000).await.is_err(),
+            "{name}"
+        );
+        assert_eq!(
+            store.get_range("dir/b.bin", 0..500).await.unwrap().len(),
+            500
+        );
+        assert_eq!(store.get("a.txt").await.unwrap().len(), 12, "{name}");
+    }
+    let err = from_url("memory://", [("max_read_bytes", "lots")]).unwrap_err();
+    assert!(err.to_string().contains("number of bytes"), "{err}");
+}
+
 #[cfg(feature = "opendal")]
 mod opendal {
     use super::*;
