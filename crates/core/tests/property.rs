@@ -17,19 +17,16 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use loader_core::sampler::{BatchSampler, RandomSampler, SequentialSampler};
 use loader_core::scheduler::THREAD_PREFIX;
 use loader_core::storage::layer::{FaultConfig, RetryConfig};
-use loader_core::storage::{ObjectMeta, Result as StorageResult};
 use loader_core::{
     DataLoader, Dataset, DistributedSampler, DynStorage, ErrorPolicy, Fetch, LoaderState, RawBatch,
-    SampleInfo, Sampler, Storage, StorageExt, from_url,
+    SampleInfo, Sampler, StorageExt, from_url,
 };
 use loader_testkit::watchdog::within;
-use loader_testkit::{DelayProxy, S3Server};
+use loader_testkit::{DelayProxy, HookedStore, S3Server};
 use proptest::prelude::*;
 
 const MAX_ITEMS: usize = 300;
@@ -65,35 +62,6 @@ fn world() -> &'static World {
             _proxy: proxy,
         }
     })
-}
-
-/// A backend with a bug: `get` panics on one key.
-#[derive(Debug)]
-struct PanicsOn {
-    inner: DynStorage,
-    key: String,
-}
-
-#[async_trait]
-impl Storage for PanicsOn {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get(&self, key: &str) -> StorageResult<Bytes> {
-        if key == self.key {
-            panic!("injected backend panic");
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> StorageResult<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, StorageResult<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -242,10 +210,13 @@ impl Case {
             base
         };
         match self.panic_at {
-            Some(i) => Arc::new(PanicsOn {
-                inner: faulty,
-                key: format!("{i}.bin"),
-            }),
+            // A backend with a bug: `get` panics on one key.
+            Some(i) => {
+                let key = format!("{i}.bin");
+                Arc::new(HookedStore::new(faulty, move |k| {
+                    (k == key).then(|| panic!("injected backend panic"))
+                }))
+            }
             None => faulty,
         }
     }

@@ -20,6 +20,7 @@ use loader_core::{
     DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, ItemError, LoaderState, RawBatch,
     SampleInfo, Sampler, Storage, StorageExt, from_url,
 };
+use loader_testkit::HookedStore;
 use loader_testkit::watchdog::no_hang;
 
 fn strategies() -> [Fetch; 3] {
@@ -131,35 +132,6 @@ fn resume_near_the_end_of_an_epoch_then_a_full_epoch_does_not_hang() {
     }
 }
 
-/// A backend with a bug: `get` panics on one key.
-#[derive(Debug)]
-struct Panicky {
-    inner: DynStorage,
-    key: String,
-}
-
-#[async_trait]
-impl Storage for Panicky {
-    fn name(&self) -> &str {
-        "panicky://test"
-    }
-    async fn get(&self, key: &str) -> StorageResult<Bytes> {
-        if key == self.key {
-            panic!("a bug in the backend");
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> StorageResult<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, StorageResult<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-}
-
 // Defect 2: the panic was printed and the item never reported (Async), or the pool thread
 // died (Threads, Sequential): `next()` waited forever.
 #[test]
@@ -167,10 +139,13 @@ fn a_panicking_backend_is_an_error_naming_key_and_backend_never_a_hang() {
     for fetch in strategies() {
         for policy in [ErrorPolicy::Fail, ErrorPolicy::Skip { max_failures: 1 }] {
             let f = files(10);
-            let store: DynStorage = Arc::new(Panicky {
-                inner: Arc::clone(&f.store),
-                key: "4.bin".into(),
-            });
+            // A backend with a bug: `get` panics on one key.
+            let store: DynStorage = Arc::new(
+                HookedStore::new(Arc::clone(&f.store), |key| {
+                    (key == "4.bin").then(|| panic!("a bug in the backend"))
+                })
+                .named("panicky://test"),
+            );
             let mut loader = checked(store, f.dataset.clone())
                 .batch_size(3)
                 .fetch(fetch)
@@ -565,38 +540,6 @@ fn listings_and_manifest_reads_are_retried_by_default() {
     assert!(flaky.gets.load(Ordering::SeqCst) >= 3);
 }
 
-/// Fails the first reads of some keys (how many, per key) with a transient error.
-#[derive(Debug)]
-struct FailsFirst {
-    inner: DynStorage,
-    remaining: std::sync::Mutex<std::collections::HashMap<String, usize>>,
-}
-
-#[async_trait]
-impl Storage for FailsFirst {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get(&self, key: &str) -> StorageResult<Bytes> {
-        if let Some(left) = self.remaining.lock().unwrap().get_mut(key)
-            && *left > 0
-        {
-            *left -= 1;
-            return Err(transient(self.name(), key));
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> StorageResult<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, StorageResult<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-}
-
 // Reported by review, now the rule (RELIABILITY.md): a sample skipped for a transient
 // error (once retries, here off, are spent) is reported with its key and not read again in
 // that epoch; the next epoch reads it. The `Skip` budget counts the failures of one epoch
@@ -605,12 +548,18 @@ impl Storage for FailsFirst {
 #[test]
 fn a_transient_skip_loses_the_sample_for_its_epoch_only_and_resume_resets_the_budget() {
     let f = files(12);
-    let store: DynStorage = Arc::new(FailsFirst {
-        inner: Arc::clone(&f.store),
-        remaining: std::sync::Mutex::new(
-            [("2.bin".to_owned(), 1), ("9.bin".to_owned(), usize::MAX)].into(),
-        ),
-    });
+    // The first read of 2.bin fails transiently; every read of 9.bin does.
+    let remaining = std::sync::Mutex::new(std::collections::HashMap::from([
+        ("2.bin".to_owned(), 1),
+        ("9.bin".to_owned(), usize::MAX),
+    ]));
+    let name = f.store.name().to_owned();
+    let store: DynStorage = Arc::new(HookedStore::new(Arc::clone(&f.store), move |key| {
+        let mut remaining = remaining.lock().unwrap();
+        let left = remaining.get_mut(key).filter(|left| **left > 0)?;
+        *left -= 1;
+        Some(Err(transient(&name, key)))
+    }));
     let mut loader = checked(Arc::clone(&store), f.dataset.clone())
         .batch_size(4)
         .retry(None)

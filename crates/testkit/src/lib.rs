@@ -3,7 +3,8 @@
 //! [`ProxyFaults`]), and a synthetic ImageNet-like dataset. The S3 server can be stopped and
 //! restarted on its port, as a crashed server comes back; [`threads_named`] lists this
 //! process's threads by name, for tests that check a component joins what it starts;
-//! [`watchdog::within`] runs a call that must not hang and fails the test after a limit.
+//! [`watchdog::within`] runs a call that must not hang and fails the test after a limit;
+//! [`HookedStore`] stands in for a backend whose `get` fails or panics on chosen keys.
 //!
 //! Every server runs on 127.0.0.1 with an OS-chosen port on its own background thread and
 //! runtime, so it works the same from synchronous code and from inside a tokio runtime, and
@@ -24,6 +25,7 @@
 
 mod background;
 mod dataset;
+mod hooked;
 mod http;
 mod proxy;
 mod s3;
@@ -32,6 +34,7 @@ mod threads;
 pub mod watchdog;
 
 pub use dataset::{DatasetItem, DatasetSpec};
+pub use hooked::HookedStore;
 pub use http::HttpServer;
 pub use proxy::{DelayProxy, ProxyFaults, ProxyStats};
 pub use s3::S3Server;
