@@ -52,7 +52,7 @@ pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
 pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat};
 pub use error::{Error, Result};
-pub use loader::{Collate, DataLoader, DataLoaderBuilder, LoaderState};
+pub use loader::{Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, LoaderState};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};

@@ -103,7 +103,9 @@ impl DataLoader {
     /// Start configuring a loader of `dataset` from `storage`. Defaults as PyTorch's:
     /// batch size 1, no shuffle, seed 0, keep the last short batch; decode to u8 images
     /// (give a [`transform`](DataLoaderBuilder::transform) for tensors); `Async` fetching
-    /// with 64 requests in flight, a decode thread per core, 2 batches of prefetch.
+    /// with 64 requests in flight, a decode thread per core, 2 batches of prefetch; every
+    /// sample read retried on transient failures ([`RetryConfig::default`]) with a
+    /// [`DEFAULT_REQUEST_TIMEOUT`] per attempt.
     pub fn builder(storage: DynStorage, dataset: Dataset) -> DataLoaderBuilder {
         let decode_only = Pipeline::builder()
             .build()
