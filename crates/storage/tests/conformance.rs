@@ -330,6 +330,23 @@ mod opendal {
         assert_eq!(err.kind(), ErrorKind::PermissionDenied, "{err}");
     }
 
+    // Defect 10 for opendal: a whole-object read over the limit stops when the limit is
+    // passed, naming key and size.
+    #[tokio::test]
+    async fn opendal_reads_over_the_size_limit_are_refused() {
+        let root = fixture();
+        let server = HttpServer::start(root.path()).unwrap();
+        let store = OpendalStore::from_url(&format!("{}/{BUCKET}", server.url()), no_options())
+            .unwrap()
+            .with_max_read_bytes(500);
+        let err = store.get("dir/b.bin").await.unwrap_err();
+        assert!(
+            err.to_string().contains("\"dir/b.bin\"") && err.to_string().contains("limit"),
+            "{err}"
+        );
+        assert_eq!(store.get("a.txt").await.unwrap().len(), 12);
+    }
+
     #[tokio::test]
     async fn opendal_http() {
         let root = fixture();

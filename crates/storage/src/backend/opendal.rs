@@ -9,7 +9,10 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use url::Url;
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix};
+use crate::{
+    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix,
+    too_large,
+};
 
 /// An opendal [`Operator`] as a [`Storage`].
 ///
@@ -18,6 +21,7 @@ use crate::{Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_pref
 pub struct OpendalStore {
     op: Operator,
     name: String,
+    max_read_bytes: u64,
 }
 
 impl std::fmt::Debug for OpendalStore {
@@ -37,7 +41,16 @@ impl OpendalStore {
         Self {
             op,
             name: name.into(),
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
         }
+    }
+
+    /// The most bytes one whole-object read may return; a larger object is refused once
+    /// that many bytes have arrived, so memory stays bounded whatever the server says.
+    /// Default [`DEFAULT_MAX_READ_BYTES`].
+    pub fn with_max_read_bytes(mut self, max: u64) -> Self {
+        self.max_read_bytes = max;
+        self
     }
 
     /// Build from a URL: `s3://bucket/prefix` (options `aws_access_key_id`,
@@ -151,12 +164,35 @@ impl Storage for OpendalStore {
 
     async fn get(&self, key: &str) -> Result<Bytes> {
         check_key(&self.name, key)?;
-        let buf = self
+        // Streamed and bounded rather than `read`, which collects whatever comes.
+        let stream = self
             .op
-            .read(key)
+            .reader(key)
+            .await
+            .map_err(|e| map_error(&self.name, key, e))?
+            .into_bytes_stream(..)
             .await
             .map_err(|e| map_error(&self.name, key, e))?;
-        Ok(buf.to_bytes())
+        let mut stream = std::pin::pin!(stream);
+        let max = self.max_read_bytes;
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut total = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| match e.downcast::<::opendal::Error>() {
+                Ok(e) => map_error(&self.name, key, e),
+                Err(e) => Error::new(ErrorKind::Transient, &self.name, key, "").with_source(e),
+            })?;
+            total += chunk.len() as u64;
+            if total > max {
+                return Err(too_large(&self.name, key, total, max));
+            }
+            chunks.push(chunk);
+        }
+        Ok(match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.swap_remove(0),
+            _ => chunks.concat().into(),
+        })
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
