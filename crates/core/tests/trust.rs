@@ -416,7 +416,10 @@ fn dropping_a_loader_returns_even_when_a_blocking_read_never_does() {
             let polled = futures::Stream::poll_next(std::pin::Pin::new(&mut loader), &mut cx);
             assert!(polled.is_pending());
             std::thread::sleep(Duration::from_millis(200));
+            let metrics = loader.metrics().unwrap();
             drop(loader);
+            // The stuck read's thread was left behind, and the metrics say so.
+            assert!(metrics.detached_on_drop(), "{fetch:?}");
         });
     }
 }

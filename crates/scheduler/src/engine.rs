@@ -75,21 +75,22 @@ impl<T: Send + 'static> Engine<T> {
     ) -> Result<Self, EngineError> {
         config.validate().map_err(EngineError::Config)?;
         let start_err = |what: &str, e: std::io::Error| EngineError::Start(format!("{what}: {e}"));
-        let (own_runtime, runtime) = match &config.runtime {
-            Some(handle) => (None, handle.clone()),
-            None => {
-                let (stop, thread, handle) = own_runtime().map_err(|e| start_err("runtime", e))?;
-                (Some((stop, thread)), handle)
-            }
-        };
         let (pool_name, pool_size, max_in_flight) = match config.fetch {
             Fetch::Async { max_in_flight } => ("decode", config.decode_threads, max_in_flight),
             Fetch::Threads { threads } => ("fetch", threads, threads),
             Fetch::Sequential { workers } => ("worker", workers, workers),
         };
+        let metrics = Arc::new(Metrics::new(max_in_flight, pool_size));
+        let (own_runtime, runtime) = match &config.runtime {
+            Some(handle) => (None, handle.clone()),
+            None => {
+                let (stop, thread, handle) =
+                    own_runtime(Arc::clone(&metrics)).map_err(|e| start_err("runtime", e))?;
+                (Some((stop, thread)), handle)
+            }
+        };
         let pool = Pool::new(&format!("{THREAD_PREFIX}{pool_name}"), pool_size)
             .map_err(|e| start_err("threads", e))?;
-        let metrics = Arc::new(Metrics::new(max_in_flight, pool_size));
         let (out_tx, out) = mpsc::channel(config.prefetch);
         let report = out_tx.clone();
         let (results, results_rx) = mpsc::unbounded_channel();
@@ -222,7 +223,9 @@ pub fn detached_on_drop() -> u64 {
 
 /// A current-thread runtime on a thread of our own, so a synchronous caller needs no tokio
 /// and dropping the engine never drops a runtime inside someone's async context.
-fn own_runtime() -> std::io::Result<(
+fn own_runtime(
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(
     oneshot::Sender<()>,
     std::thread::JoinHandle<()>,
     tokio::runtime::Handle,
@@ -246,6 +249,7 @@ fn own_runtime() -> std::io::Result<(
             runtime.shutdown_timeout(SHUTDOWN_GRACE);
             if started.elapsed() >= SHUTDOWN_GRACE {
                 DETACHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                metrics.detached();
                 eprintln!(
                     "loader: a blocking read did not return within {SHUTDOWN_GRACE:?} of the \
                      loader's drop; its thread was detached (it ends when the read does)"

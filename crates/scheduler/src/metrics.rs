@@ -26,6 +26,8 @@ pub struct Metrics {
     ready_batches: AtomicUsize,
     /// Sum over fetches of the in-flight count at their start, to report the mean.
     in_flight_sum: AtomicU64,
+    /// Set when the engine's drop had to leave a blocking read's thread behind.
+    detached: std::sync::atomic::AtomicBool,
 }
 
 /// A latency histogram (microseconds, 2 significant digits) and a running total.
@@ -132,6 +134,7 @@ impl Metrics {
             decoding: AtomicUsize::new(0),
             ready_batches: AtomicUsize::new(0),
             in_flight_sum: AtomicU64::new(0),
+            detached: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -174,6 +177,16 @@ impl Metrics {
         self.ready_batches.fetch_sub(1, Ordering::Relaxed);
         self.queue_wait.record(queued);
         self.consumer_wait.record(waited);
+    }
+
+    /// Whether dropping the engine left a thread behind, detached, because a blocking read
+    /// on it never returned (a hung network mount); see `detached_on_drop`.
+    pub fn detached_on_drop(&self) -> bool {
+        self.detached.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn detached(&self) {
+        self.detached.store(true, Ordering::Relaxed);
     }
 
     /// Requests in flight now.
