@@ -184,7 +184,7 @@ impl Dataset {
     /// the sorted set of names. Errors name the line.
     pub fn parse_manifest(text: &str, format: ManifestFormat) -> Result<Self> {
         let lines = parse_lines(text, format)?;
-        check_kinds(&lines, format)?;
+        check_kinds(&lines)?;
         let named = lines.iter().any(|(_, _, l)| matches!(l, Label::Name(_)));
         let classes: Vec<String> = if named {
             lines
@@ -211,7 +211,7 @@ impl Dataset {
             return Err(Error::Dataset("the class list is empty".into()));
         }
         let lines = parse_lines(text, format)?;
-        check_kinds(&lines, format)?;
+        check_kinds(&lines)?;
         let known: HashMap<&str, i64> = classes
             .iter()
             .enumerate()
@@ -311,7 +311,7 @@ async fn read_manifest(
 /// Duplicate keys, and labels of both kinds (integers and class names): one kind per
 /// manifest, so a typo in one integer label cannot silently turn every label into a class
 /// name and remap them all. The line named is the first of the rarer kind.
-fn check_kinds(lines: &[(usize, String, Label)], _format: ManifestFormat) -> Result<()> {
+fn check_kinds(lines: &[(usize, String, Label)]) -> Result<()> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (line, key, _) in lines {
         if let Some(first) = seen.insert(key.as_str(), *line) {

@@ -20,7 +20,7 @@ use crate::{ObjectMeta, Result, Storage};
 /// The default is made for training runs, which would rather wait out an outage than
 /// crash: 10 attempts within 2 minutes, backoff from 100 ms doubling to at most 10 s with
 /// "equal jitter", seeded per process so the ranks of a job do not retry in lockstep. It
-/// rides out a store that is away for 16 s at the least (10 s in the tests). AWS SDKs'
+/// rides out a store that is away for 16.35 s at the least (the shortest draws of its backoffs, `the_default_policy_waits_at_least_sixteen_seconds_before_giving_up`; 10 s in the loader tests). AWS SDKs'
 /// standard mode makes 3 attempts and stops retrying altogether when its retry quota runs
 /// dry during an outage, which suits an interactive service and fails a training run;
 /// object_store retries 10 times within 180 s but knows nothing of the loader's timeouts.
@@ -216,6 +216,22 @@ impl<S: Storage> Storage for RetryStore<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The outage the default policy always rides out, as its docs state: the sum of the
+    // shortest draws of its nine backoffs (each at least half its cap).
+    #[test]
+    fn the_default_policy_waits_at_least_sixteen_seconds_before_giving_up() {
+        let config = RetryConfig::default();
+        let shortest: Duration = (1..config.max_attempts)
+            .map(|retry| {
+                let exp = config.multiplier.powi(retry as i32 - 1);
+                config.initial_backoff.mul_f64(exp).min(config.max_backoff) / 2
+            })
+            .sum();
+        println!("shortest total backoff of the default policy: {shortest:?}");
+        assert!(shortest >= Duration::from_secs(16), "{shortest:?}");
+        assert!(shortest < config.max_elapsed);
+    }
 
     #[test]
     fn backoff_grows_is_capped_and_jittered() {
