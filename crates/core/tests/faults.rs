@@ -13,16 +13,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use loader_core::sampler::{RandomSampler, Sampler};
 use loader_core::scheduler::{EngineError, ItemFailure, RawBatch, SampleInfo};
 use loader_core::storage::layer::{FaultConfig, RetryConfig};
-use loader_core::storage::{ErrorKind, ObjectMeta, Storage};
+use loader_core::storage::{ErrorKind, Storage};
 use loader_core::{
     DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, Pipeline, StorageExt, from_url,
 };
+use loader_testkit::HookedStore;
 use loader_testkit::watchdog::within;
 use loader_testkit::{DatasetSpec, DelayProxy, ProxyFaults, S3Server};
 
@@ -258,53 +257,12 @@ fn responses_cut_mid_way_or_stalled_by_the_network_are_retried() {
     }
 }
 
-/// Passes requests through to S3, except that one key is forbidden while `deny` is set,
-/// as a bucket policy would forbid it.
-#[derive(Debug)]
-struct Forbid {
-    inner: DynStorage,
-    key: String,
-    deny: AtomicBool,
-}
-
-#[async_trait]
-impl Storage for Forbid {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get(&self, key: &str) -> loader_core::storage::Result<Bytes> {
-        if key == self.key && self.deny.load(Ordering::SeqCst) {
-            return Err(loader_core::storage::Error::new(
-                ErrorKind::PermissionDenied,
-                self.name(),
-                key,
-                "access denied by the bucket policy",
-            ));
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> loader_core::storage::Result<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-    async fn head(&self, key: &str) -> loader_core::storage::Result<ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxStream<'a, loader_core::storage::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-}
-
 /// Indices 5 (missing), 12 (corrupt JPEG) and 20 (forbidden) of 40 are bad.
 struct Broken {
     served: Served,
-    forbid: Arc<Forbid>,
+    /// S3, except that one key is forbidden while `deny` is set, as a bucket policy would.
+    forbid: DynStorage,
+    deny: Arc<AtomicBool>,
     originals: Vec<(PathBuf, Vec<u8>)>,
 }
 
@@ -323,14 +281,25 @@ impl Broken {
         // Half a JPEG: the header parses, the scan ends early.
         let half = &originals[1].1[..originals[1].1.len() / 2];
         std::fs::write(served.path(CORRUPT), half).unwrap();
-        let forbid = Arc::new(Forbid {
-            inner: served.store_at(&served.server.endpoint()),
-            key: served.dataset.items()[FORBIDDEN].key.to_string(),
-            deny: AtomicBool::new(true),
-        });
+        let deny = Arc::new(AtomicBool::new(true));
+        let forbidden = served.dataset.items()[FORBIDDEN].key.to_string();
+        let inner = served.store_at(&served.server.endpoint());
+        let name = inner.name().to_owned();
+        let denied = Arc::clone(&deny);
+        let forbid: DynStorage = Arc::new(HookedStore::new(inner, move |key| {
+            (key == forbidden && denied.load(Ordering::SeqCst)).then(|| {
+                Err(loader_core::storage::Error::new(
+                    ErrorKind::PermissionDenied,
+                    &name,
+                    key,
+                    "access denied by the bucket policy",
+                ))
+            })
+        }));
         Self {
             served,
             forbid,
+            deny,
             originals,
         }
     }
@@ -339,7 +308,7 @@ impl Broken {
         match index {
             MISSING => std::fs::write(&self.originals[0].0, &self.originals[0].1).unwrap(),
             CORRUPT => std::fs::write(&self.originals[1].0, &self.originals[1].1).unwrap(),
-            _ => self.forbid.deny.store(false, Ordering::SeqCst),
+            _ => self.deny.store(false, Ordering::SeqCst),
         }
     }
 
@@ -349,23 +318,20 @@ impl Broken {
 
     /// The real decode pipeline, so a corrupt JPEG is found where a user would meet it.
     fn loader(&self, policy: ErrorPolicy) -> DataLoader {
-        DataLoader::builder(
-            Arc::clone(&self.forbid) as DynStorage,
-            self.served.dataset.clone(),
-        )
-        .batch_size(4)
-        .fetch(Fetch::Async { max_in_flight: 8 })
-        .decode_threads(2)
-        .error_policy(policy)
-        .transform(
-            Pipeline::builder()
-                .resize(16)
-                .center_crop(16)
-                .build()
-                .unwrap(),
-        )
-        .build()
-        .unwrap()
+        DataLoader::builder(Arc::clone(&self.forbid), self.served.dataset.clone())
+            .batch_size(4)
+            .fetch(Fetch::Async { max_in_flight: 8 })
+            .decode_threads(2)
+            .error_policy(policy)
+            .transform(
+                Pipeline::builder()
+                    .resize(16)
+                    .center_crop(16)
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+            .unwrap()
     }
 }
 
