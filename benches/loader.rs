@@ -189,7 +189,7 @@ fn main() {
         .fetch(async128)
         .decode_threads(2)
         .prefetch(8)
-        .map(|b, _| Ok(b.len()), |raw, _| Ok(raw.samples.len()))
+        .map(|b, _| Ok(b.len()), |raw| Ok(raw.samples.len()))
         .build()
         .expect("loader");
     let overhead = run(

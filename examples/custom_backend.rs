@@ -44,10 +44,7 @@ impl Storage for Counting {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        Ok(ObjectMeta {
-            key: key.to_owned(),
-            size: self.object(key)?.len() as u64,
-        })
+        Ok(ObjectMeta::new(key, self.object(key)?.len() as u64))
     }
 
     fn list<'a>(&'a self, _prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {

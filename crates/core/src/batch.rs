@@ -5,8 +5,9 @@ use std::sync::Arc;
 use loader_decoder::{Sample, SampleData};
 use loader_scheduler::{ItemError, RawBatch};
 
+use crate::Result;
 use crate::buffer::{Buffer, BufferPool, homed};
-use crate::{Dataset, Error, Result};
+use crate::error::CollateError;
 
 /// The values of a batch, in one contiguous buffer.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +29,7 @@ pub struct Batch {
     pub labels: Vec<i64>,
     /// Dataset index of each sample.
     pub indices: Vec<u64>,
-    /// Storage key of each sample.
+    /// Each sample's key: its object's, or its name within a shard (WebDataset's key).
     pub keys: Vec<Arc<str>>,
     /// The epoch it belongs to.
     pub epoch: u64,
@@ -81,17 +82,13 @@ impl Batch {
 /// The default collate: stack equally shaped samples into one buffer. Samples of
 /// different shapes cannot share a buffer; the error names the first odd one's key.
 /// (A [`DataLoader`](crate::DataLoader) collates the same way into buffers it reuses.)
-pub fn collate(raw: RawBatch<Sample>, dataset: &Dataset) -> Result<Batch> {
-    collate_into(raw, dataset, &BufferPool::default())
+pub fn collate(raw: RawBatch<Sample>) -> Result<Batch> {
+    collate_into(raw, &BufferPool::default())
 }
 
 /// [`collate`] into a buffer of `pool`, to which the batch's buffer returns when dropped;
 /// the samples' buffers go to `pool` at once, for the decode threads.
-pub(crate) fn collate_into(
-    raw: RawBatch<Sample>,
-    dataset: &Dataset,
-    pool: &BufferPool,
-) -> Result<Batch> {
+pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<Batch> {
     let n = raw.samples.len();
     let shape = raw.samples.first().map(|(_, s)| s.shape);
     let len = n * shape.map_or(0, |[a, b, c]| a * b * c);
@@ -106,13 +103,12 @@ pub(crate) fn collate_into(
     };
     for (info, sample) in raw.samples {
         if Some(sample.shape) != shape {
-            return Err(Error::Collate(format!(
-                "sample {} (key {:?}) has shape {:?} but the batch's first has {:?}; give a transform that ends in a fixed-size crop",
-                info.index,
-                info.key,
-                sample.shape,
-                shape.unwrap_or_default()
-            )));
+            return Err(CollateError::Shape {
+                sample: info.to_string(),
+                shape: sample.shape,
+                first: shape.unwrap_or_default(),
+            }
+            .into());
         }
         match sample.data {
             SampleData::F32(v) if !is_u8 => {
@@ -124,19 +120,15 @@ pub(crate) fn collate_into(
                 pool.u8_samples.put(v);
             }
             _ => {
-                return Err(Error::Collate(format!(
-                    "sample {} (key {:?}) mixes u8 and f32 output",
-                    info.index, info.key
-                )));
+                return Err(CollateError::MixedOutput {
+                    sample: info.to_string(),
+                }
+                .into());
             }
         }
-        let label = usize::try_from(info.index)
-            .ok()
-            .and_then(|i| dataset.get(i))
-            .map_or(-1, |item| item.label);
-        labels.push(label);
+        labels.push(info.label);
         indices.push(info.index);
-        keys.push(info.key);
+        keys.push(info.name.unwrap_or(info.key));
     }
     let [a, b, c] = shape.unwrap_or_default();
     let data = if is_u8 {

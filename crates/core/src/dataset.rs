@@ -1,11 +1,16 @@
-//! A dataset is an index of `(key, label)`: from an ImageFolder listing, a manifest, or a Vec.
+//! A dataset is an index of samples (where each one's bytes are, and its label), built by
+//! a source: an ImageFolder listing, a manifest, WebDataset shards, or a Vec.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
+
+pub use loader_scheduler::Member;
 
 use loader_storage::Storage;
 use loader_storage::layer::{RetryConfig, RetryStore};
 
+use crate::error::DatasetError;
 use crate::{Error, Result};
 
 /// File extensions torchvision's ImageFolder accepts, compared case-insensitively.
@@ -13,13 +18,49 @@ pub const IMAGE_EXTENSIONS: &[&str] = &[
     "jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp",
 ];
 
-/// One sample of a dataset.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One sample of a dataset: where its bytes are, and what it carries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Item {
-    /// The storage key.
+    /// The object holding it.
     pub key: Arc<str>,
+    /// Its bytes within the object; `None` for the whole object.
+    pub range: Option<Range<u64>>,
     /// The class index (or any integer label).
     pub label: i64,
+    /// Its name within the object when the object holds many samples (WebDataset's key).
+    pub name: Option<Arc<str>>,
+    /// Its other parts stored beside it (WebDataset's `.cls`, `.json`, ...), handed to the
+    /// CPU stage in `SampleInfo::members`.
+    pub members: Arc<[Member]>,
+}
+
+impl Item {
+    /// A sample that is a whole object.
+    pub fn new(key: impl Into<Arc<str>>, label: i64) -> Self {
+        Self {
+            key: key.into(),
+            label,
+            ..Self::default()
+        }
+    }
+
+    /// A sample that is `range` of an object (e.g. from a manifest's offset and length).
+    pub fn ranged(key: impl Into<Arc<str>>, range: Range<u64>, label: i64) -> Self {
+        Self {
+            range: Some(range),
+            ..Self::new(key, label)
+        }
+    }
+}
+
+/// Where one shard's samples are in a dataset: its object, and the index ranges of its
+/// chunks (neighbouring samples read with one request), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// The shard's object.
+    pub key: Arc<str>,
+    /// Its samples' dataset indices, chunk by chunk.
+    pub chunks: Vec<Range<usize>>,
 }
 
 /// The samples of a dataset, by index, and the class names when labels are classes.
@@ -27,6 +68,10 @@ pub struct Item {
 pub struct Dataset {
     items: Arc<[Item]>,
     classes: Arc<[String]>,
+    shards: Arc<[ShardLayout]>,
+    /// For sharded datasets: each item's chunk id, and each chunk's byte range.
+    chunk_of: Arc<[u32]>,
+    chunk_spans: Arc<[Range<u64>]>,
 }
 
 /// How a manifest is written.
@@ -58,7 +103,72 @@ impl Dataset {
         Self {
             items: items.into(),
             classes: classes.into(),
+            ..Self::default()
         }
+    }
+
+    /// A dataset stored in shards: `items` laid out shard by shard as `shards` describe
+    /// them, so a shard-local order can read each chunk with one request.
+    pub fn from_shards(
+        items: Vec<Item>,
+        classes: Vec<String>,
+        shards: Vec<ShardLayout>,
+    ) -> Result<Self> {
+        let mut chunk_of = vec![u32::MAX; items.len()];
+        let mut spans = Vec::new();
+        for shard in &shards {
+            for chunk in &shard.chunks {
+                let id = u32::try_from(spans.len())
+                    .map_err(|_| DatasetError::Invalid("more than 2^32 chunks".into()))?;
+                let mut span: Option<Range<u64>> = None;
+                for i in chunk.clone() {
+                    let item = items.get(i).filter(|it| it.key == shard.key);
+                    let (Some(item), true) = (item, chunk_of.get(i) == Some(&u32::MAX)) else {
+                        return Err(DatasetError::Invalid(format!(
+                            "sample {i} is not a sample of shard {:?} once",
+                            shard.key
+                        ))
+                        .into());
+                    };
+                    let Some(s) = to_work(item).span() else {
+                        return Err(DatasetError::Invalid(format!(
+                            "sample {i} of shard {:?} has no byte range",
+                            shard.key
+                        ))
+                        .into());
+                    };
+                    chunk_of[i] = id;
+                    span = Some(match span {
+                        Some(a) => a.start.min(s.start)..a.end.max(s.end),
+                        None => s,
+                    });
+                }
+                spans.push(span.unwrap_or(0..0));
+            }
+        }
+        Ok(Self {
+            items: items.into(),
+            classes: classes.into(),
+            shards: shards.into(),
+            chunk_of: chunk_of.into(),
+            chunk_spans: spans.into(),
+        })
+    }
+
+    /// Its shards, when it is stored in shards (empty otherwise).
+    pub fn shards(&self) -> &[ShardLayout] {
+        &self.shards
+    }
+
+    /// The chunk sample `index` is read with: its id and byte range.
+    pub(crate) fn chunk(&self, index: usize) -> Option<(u32, Range<u64>)> {
+        let id = *self.chunk_of.get(index)?;
+        Some((id, self.chunk_spans.get(id as usize)?.clone()))
+    }
+
+    /// Chunks in the dataset.
+    pub(crate) fn chunk_count(&self) -> usize {
+        self.chunk_spans.len()
     }
 
     /// From `(key, label)` pairs.
@@ -66,10 +176,7 @@ impl Dataset {
         Self::from_items(
             pairs
                 .into_iter()
-                .map(|(key, label)| Item {
-                    key: key.into(),
-                    label,
-                })
+                .map(|(key, label)| Item::new(key, label))
                 .collect(),
             Vec::new(),
         )
@@ -120,10 +227,10 @@ impl Dataset {
             }
         }
         if folders.is_empty() {
-            return Err(Error::Dataset(format!(
-                "no class folders under {}; ImageFolder expects class/image files",
-                store.name()
-            )));
+            return Err(DatasetError::NoClassFolders {
+                store: store.name().into(),
+            }
+            .into());
         }
         let empty: Vec<&str> = folders
             .iter()
@@ -131,21 +238,17 @@ impl Dataset {
             .map(|(c, _)| c.as_str())
             .collect();
         if !empty.is_empty() {
-            return Err(Error::Dataset(format!(
-                "found no image files (extensions {}) in class folder(s) {} of {}",
-                IMAGE_EXTENSIONS.join(", "),
-                empty.join(", "),
-                store.name()
-            )));
+            return Err(DatasetError::EmptyClasses {
+                folders: empty.join(", "),
+                store: store.name().into(),
+            }
+            .into());
         }
         let mut items = Vec::new();
         let mut classes = Vec::new();
         for (label, (class, mut keys)) in folders.into_iter().enumerate() {
             keys.sort();
-            items.extend(keys.into_iter().map(|key| Item {
-                key: key.into(),
-                label: label as i64,
-            }));
+            items.extend(keys.into_iter().map(|key| Item::new(key, label as i64)));
             classes.push(class);
         }
         Ok(Self::from_items(items, classes))
@@ -208,7 +311,7 @@ impl Dataset {
         classes: &[String],
     ) -> Result<Self> {
         if classes.is_empty() {
-            return Err(Error::Dataset("the class list is empty".into()));
+            return Err(DatasetError::NoClassList.into());
         }
         let lines = parse_lines(text, format)?;
         check_kinds(&lines)?;
@@ -240,19 +343,22 @@ impl Dataset {
             match label {
                 Label::Int(v) if !named => {
                     if !(0..classes.len() as i64).contains(v) {
-                        return Err(Error::Dataset(format!(
-                            "line {line}: label {v} is not a class index of {}",
-                            shown()
-                        )));
+                        return Err(line_error(
+                            *line,
+                            format!("label {v} is not a class index of {}", shown()),
+                        ));
                     }
                 }
                 other => {
                     if !known.contains_key(other.text().as_str()) {
-                        return Err(Error::Dataset(format!(
-                            "line {line}: unknown label {:?}; the classes are {}",
-                            other.text(),
-                            shown()
-                        )));
+                        return Err(line_error(
+                            *line,
+                            format!(
+                                "unknown label {:?}; the classes are {}",
+                                other.text(),
+                                shown()
+                            ),
+                        ));
                     }
                 }
             }
@@ -275,6 +381,9 @@ impl Dataset {
             .iter()
             .map(|(_, key, label)| Item {
                 key: key.as_str().into(),
+                range: None,
+                name: None,
+                members: Arc::default(),
                 label: match label {
                     Label::Int(v) if !named => *v,
                     other => index
@@ -300,10 +409,11 @@ async fn read_manifest(
         .get(key)
         .await?;
     let text = std::str::from_utf8(&bytes).map_err(|e| {
-        Error::Dataset(format!(
-            "manifest {key:?} on {} is not UTF-8: {e}",
-            store.name()
-        ))
+        Error::from(DatasetError::NotUtf8 {
+            key: key.into(),
+            store: store.name().into(),
+            source: e,
+        })
     })?;
     parse(text, ManifestFormat::from_name(key))
 }
@@ -315,9 +425,10 @@ fn check_kinds(lines: &[(usize, String, Label)]) -> Result<()> {
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (line, key, _) in lines {
         if let Some(first) = seen.insert(key.as_str(), *line) {
-            return Err(Error::Dataset(format!(
-                "line {line}: key {key:?} was already listed on line {first}"
-            )));
+            return Err(line_error(
+                *line,
+                format!("key {key:?} was already listed on line {first}"),
+            ));
         }
     }
     let names = lines
@@ -349,7 +460,7 @@ fn check_kinds(lines: &[(usize, String, Label)]) -> Result<()> {
     } else {
         "; use one kind of label"
     };
-    Err(Error::Dataset(format!("line {line}: {why}{hint}")))
+    Err(line_error(*line, format!("{why}{hint}")))
 }
 
 enum Label {
@@ -374,7 +485,7 @@ fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, String,
         ManifestFormat::JsonLines => parse_json_lines(text)?,
     };
     if out.is_empty() {
-        return Err(Error::Dataset("the manifest lists no samples".into()));
+        return Err(DatasetError::EmptyManifest.into());
     }
     Ok(out)
 }
@@ -402,7 +513,7 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, String, Label)>> {
     for record in reader.records() {
         let record = record.map_err(|e| {
             let line = e.position().map_or(0, |p| p.line());
-            Error::Dataset(format!("line {line}: not valid CSV: {e}"))
+            line_error(line, format!("not valid CSV: {e}"))
         })?;
         let line = record.position().map_or(0, |p| p.line() as usize);
         let fields: Vec<&str> = record.iter().collect();
@@ -410,7 +521,7 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, String, Label)>> {
             continue;
         }
         let shown = fields.join(",");
-        let bad = |why: String| Error::Dataset(format!("line {line}: {why}: {shown:?}"));
+        let bad = |why: String| line_error(line, format!("{why}: {shown:?}"));
         if fields.len() != 2 {
             return Err(bad(format!(
                 "expected key,label (2 fields) but found {}; quote a key that holds a comma",
@@ -458,7 +569,7 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, String, Label)>> {
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let bad = |why: String| Error::Dataset(format!("line {line}: {why}: {trimmed:?}"));
+        let bad = |why: String| line_error(line, format!("{why}: {trimmed:?}"));
         let value: serde_json::Value =
             serde_json::from_str(trimmed).map_err(|e| bad(format!("not JSON ({e})")))?;
         let key = value
@@ -501,13 +612,41 @@ where
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| Error::Dataset(format!("cannot start a runtime: {e}")))?;
+                    .map_err(|source| DatasetError::Start {
+                        what: "runtime",
+                        source,
+                    })?;
                 runtime.block_on(make())
             })
-            .map_err(|e| Error::Dataset(format!("cannot start a thread: {e}")))?
+            .map_err(|source| DatasetError::Start {
+                what: "thread",
+                source,
+            })?
             .join()
-            .unwrap_or_else(|_| Err(Error::Dataset("reading the dataset panicked".into())))
+            .unwrap_or_else(|_| Err(DatasetError::Panicked.into()))
     })
+}
+
+/// The engine's description of `item` (without its chunk, which depends on the order).
+pub(crate) fn to_work(item: &Item) -> loader_scheduler::WorkItem {
+    loader_scheduler::WorkItem {
+        index: 0,
+        key: Arc::clone(&item.key),
+        range: item.range.clone(),
+        label: item.label,
+        name: item.name.clone(),
+        members: Arc::clone(&item.members),
+        chunk: None,
+    }
+}
+
+/// A manifest line's problem.
+fn line_error(line: impl TryInto<usize>, problem: String) -> Error {
+    DatasetError::Line {
+        line: line.try_into().unwrap_or(usize::MAX),
+        problem,
+    }
+    .into()
 }
 
 #[cfg(test)]

@@ -18,19 +18,167 @@ pub enum Error {
     /// A transform was misconfigured.
     #[error("transform: {0}")]
     Transform(#[from] loader_decoder::DecodeError),
-    /// The dataset description is wrong (a manifest line, an empty class, ...).
+    /// The dataset description is wrong (a manifest line, an empty class, a bad shard...).
     #[error("dataset: {0}")]
-    Dataset(String),
+    Dataset(#[from] DatasetError),
     /// The loader's settings make no sense (batch size 0, ...).
     #[error("invalid loader settings: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     /// Samples of one batch could not be collated.
     #[error("collate: {0}")]
-    Collate(String),
-    /// `state()` is not available (e.g. with `as_completed` order).
+    Collate(#[from] CollateError),
+    /// `state()` is not available (e.g. with `as_completed` order), or a state does not fit.
     #[error("state: {0}")]
-    State(String),
+    State(#[from] StateError),
 }
 
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why the samples of a batch could not be stacked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CollateError {
+    /// A custom collate's own error.
+    #[error("{0}")]
+    Other(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// A sample's shape differs from the batch's first.
+    #[error(
+        "{sample} has shape {shape:?} but the batch's first has {first:?}; give a transform that ends in a fixed-size crop"
+    )]
+    Shape {
+        /// The sample, as its key and position name it.
+        sample: String,
+        /// Its shape.
+        shape: [usize; 3],
+        /// The first sample's.
+        first: [usize; 3],
+    },
+    /// u8 and f32 samples in one batch.
+    #[error("{sample} mixes u8 and f32 output")]
+    MixedOutput {
+        /// The sample.
+        sample: String,
+    },
+}
+
+/// What is wrong with a dataset's description.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DatasetError {
+    /// ImageFolder found no class folder.
+    #[error("no class folders under {store}; ImageFolder expects class/image files")]
+    NoClassFolders {
+        /// The store listed.
+        store: String,
+    },
+    /// ImageFolder found class folders without images.
+    #[error(
+        "found no image files (extensions {}) in class folder(s) {folders} of {store}",
+        crate::IMAGE_EXTENSIONS.join(", ")
+    )]
+    EmptyClasses {
+        /// The folders, comma-separated.
+        folders: String,
+        /// The store listed.
+        store: String,
+    },
+    /// A manifest line is wrong.
+    #[error("line {line}: {problem}")]
+    Line {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A manifest is not UTF-8.
+    #[error("manifest {key:?} on {store} is not UTF-8: {source}")]
+    NotUtf8 {
+        /// Its key.
+        key: String,
+        /// Its store.
+        store: String,
+        /// Where the text breaks.
+        source: std::str::Utf8Error,
+    },
+    /// A manifest has no sample.
+    #[error("the manifest lists no samples")]
+    EmptyManifest,
+    /// A fixed class list is empty.
+    #[error("the class list is empty")]
+    NoClassList,
+    /// A shard is unreadable or its samples are malformed.
+    #[error(transparent)]
+    Shard(#[from] crate::webdataset::ShardError),
+    /// A layout that does not describe its items.
+    #[error("{0}")]
+    Invalid(String),
+    /// Reading a dataset could not start its thread or runtime.
+    #[error("cannot start a {what} to read the dataset: {source}")]
+    Start {
+        /// What could not start.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Reading the dataset panicked.
+    #[error("reading the dataset panicked")]
+    Panicked,
+}
+
+/// Settings that make no sense.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `batch_size(0)`.
+    #[error("batch_size must be at least 1")]
+    NoBatchSize,
+    /// A dataset without samples.
+    #[error("the dataset is empty")]
+    EmptyDataset,
+    /// Both a sampler and `shuffle`.
+    #[error("give either `sampler` or `shuffle`, not both (as in PyTorch)")]
+    SamplerAndShuffle,
+    /// An epoch with no batch.
+    #[error(
+        "an epoch has no batch: {samples} samples, batch size {batch_size}{}",
+        if *drop_last { ", drop_last" } else { "" }
+    )]
+    NoBatch {
+        /// Samples per epoch.
+        samples: usize,
+        /// The batch size.
+        batch_size: usize,
+        /// Whether the short batch is dropped.
+        drop_last: bool,
+    },
+    /// The engine refused its settings.
+    #[error(transparent)]
+    Engine(#[from] loader_scheduler::ConfigError),
+}
+
+/// Why a state cannot be taken or resumed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// Under `AsCompleted` order.
+    #[error(
+        "with as_completed order batches do not follow the sampler, so there is no position to resume from"
+    )]
+    AsCompleted,
+    /// A position past the epoch.
+    #[error("position {position} is beyond the epoch's {samples} samples")]
+    BeyondEpoch {
+        /// The position asked for.
+        position: u64,
+        /// Samples in the epoch.
+        samples: usize,
+    },
+}
+
+impl CollateError {
+    /// A custom collate's error, e.g. `CollateError::other("labels do not match")`.
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Self::Other(error.into())
+    }
+}

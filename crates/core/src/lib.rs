@@ -47,12 +47,15 @@ mod buffer;
 mod dataset;
 mod error;
 mod loader;
+pub mod webdataset;
 
 pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
-pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat};
-pub use error::{Error, Result};
-pub use loader::{Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, LoaderState};
+pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout};
+pub use error::{CollateError, ConfigError, DatasetError, Error, Result, StateError};
+pub use loader::{
+    Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, LoaderState, ShardOrder,
+};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};

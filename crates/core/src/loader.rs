@@ -7,9 +7,12 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures::Stream;
 use loader_decoder::{Output, Pipeline, Sample, SampleData, SampleKey};
-use loader_sampler::{BatchSampler, RandomSampler, Sampler, SamplerState, SequentialSampler};
+use loader_sampler::{
+    BatchSampler, DistributedSampler, RandomSampler, Sampler, SamplerState, SequentialSampler,
+    ShardSampler,
+};
 use loader_scheduler::{
-    BatchPlan, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
+    BatchPlan, Chunk, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
     SampleInfo, Stage, StageError, WorkItem,
 };
 use loader_storage::layer::RetryConfig;
@@ -17,6 +20,8 @@ use loader_storage::{DynStorage, StorageExt};
 
 use crate::batch::{Batch, collate_into};
 use crate::buffer::BufferPool;
+use crate::dataset::to_work;
+use crate::error::{ConfigError, StateError};
 use crate::{Dataset, Error, Result};
 
 /// Where a loader stands: the epoch, and how many of its items were delivered (skipped
@@ -27,8 +32,21 @@ pub type LoaderState = SamplerState;
 /// sample, so only a stalled connection trips it, and then the retry policy takes over.
 pub const DEFAULT_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Turns the CPU stage's outputs for one batch into the batch type a caller wants.
-pub type Collate<T, B> = Arc<dyn Fn(RawBatch<T>, &Dataset) -> Result<B> + Send + Sync>;
+/// Turns the CPU stage's outputs for one batch into the batch type a caller wants; each
+/// sample's label, key and members ride with it in its `SampleInfo`.
+pub type Collate<T, B> = Arc<dyn Fn(RawBatch<T>) -> Result<B> + Send + Sync>;
+
+/// How a dataset stored in shards is shuffled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardOrder {
+    /// Shards in a random order, samples shuffled within a buffer of a few chunks, each
+    /// chunk read with one request ([`ShardSampler`]); the default.
+    #[default]
+    Local,
+    /// Every sample of every shard in one random permutation: one ranged request per
+    /// sample, coalesced with neighbours when the order keeps them together.
+    Global,
+}
 
 /// Settings of a [`DataLoader`]; see [`DataLoader::builder`].
 pub struct DataLoaderBuilder<T = Sample, B = Batch> {
@@ -44,6 +62,10 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     config: Config,
     retry: Option<RetryConfig>,
     request_timeout: Option<std::time::Duration>,
+    shard_order: ShardOrder,
+    shuffle_buffer: Option<usize>,
+    rank: (usize, usize),
+    epochs: Option<u64>,
 }
 
 /// Loads batches of a [`Dataset`] from a store: a blocking `Iterator` and an async
@@ -65,6 +87,10 @@ pub struct DataLoader<T = Sample, B = Batch> {
     /// A failed batch ended the pass: the next pass starts the next epoch.
     skip_to_next_epoch: bool,
     metrics: Option<Arc<Metrics>>,
+    /// Whether items are read by their dataset chunks (a shard-local or sequential order).
+    chunked: bool,
+    /// Epochs to read at most: the engine does not run ahead past the last.
+    epochs: Option<u64>,
 }
 
 impl<T, B> std::fmt::Debug for DataLoader<T, B> {
@@ -95,7 +121,7 @@ fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Sample, Batch>)
         };
         Ok(pipeline.run_reusing(&bytes, key, reuse)?)
     };
-    let collate = move |raw, dataset: &Dataset| collate_into(raw, dataset, &pool);
+    let collate = move |raw| collate_into(raw, &pool);
     (Arc::new(stage), Arc::new(collate))
 }
 
@@ -124,6 +150,10 @@ impl DataLoader {
             config: Config::default(),
             retry: Some(RetryConfig::default()),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            shard_order: ShardOrder::default(),
+            shuffle_buffer: None,
+            rank: (0, 1),
+            epochs: None,
         }
     }
 }
@@ -212,6 +242,48 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// How a sharded dataset is shuffled (default [`ShardOrder::Local`]).
+    pub fn shard_order(mut self, order: ShardOrder) -> Self {
+        self.shard_order = order;
+        self
+    }
+
+    /// Samples shuffled together in shard-local order (default: 8 chunks' worth).
+    pub fn shuffle_buffer(mut self, samples: usize) -> Self {
+        self.shuffle_buffer = Some(samples);
+        self
+    }
+
+    /// Read this rank's share of every epoch (PyTorch's DistributedSampler semantics:
+    /// equal counts, the last share padded with the first samples). For shards in
+    /// shard-local order, ranks read disjoint pieces of the shuffled shard sequence.
+    pub fn distributed(mut self, rank: usize, world_size: usize) -> Self {
+        self.rank = (rank, world_size);
+        self
+    }
+
+    /// How many epochs the run reads: the loader then fetches nothing past the last
+    /// one (it runs ahead across epoch boundaries before it), and passes after it are empty.
+    pub fn epochs(mut self, epochs: u64) -> Self {
+        self.epochs = Some(epochs);
+        self
+    }
+
+    /// Fetched bytes not yet decoded, at most (default
+    /// [`DEFAULT_MAX_BUFFERED_BYTES`](loader_scheduler::DEFAULT_MAX_BUFFERED_BYTES)).
+    pub fn max_buffered_bytes(mut self, bytes: u64) -> Self {
+        self.config.max_buffered_bytes = bytes;
+        self
+    }
+
+    /// Ranged samples of one object closer than `gap` bytes in the order are read with
+    /// one request of at most `max` bytes (defaults 256 KiB and 16 MiB).
+    pub fn coalesce(mut self, gap: u64, max: u64) -> Self {
+        self.config.coalesce_gap = gap;
+        self.config.max_coalesced_bytes = max;
+        self
+    }
+
     /// Run on this tokio runtime instead of one the loader owns.
     pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
         self.config.runtime = Some(handle);
@@ -222,31 +294,56 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// is asked for.
     pub fn build(self) -> Result<DataLoader<T, B>> {
         if self.batch_size == 0 {
-            return Err(Error::Config("batch_size must be at least 1".into()));
+            return Err(ConfigError::NoBatchSize.into());
         }
         if self.dataset.is_empty() {
-            return Err(Error::Config("the dataset is empty".into()));
+            return Err(ConfigError::EmptyDataset.into());
         }
-        self.config.validate().map_err(Error::Config)?;
-        let sampler: Arc<dyn Sampler> = match (self.sampler, self.shuffle) {
+        self.config
+            .validate()
+            .map_err(|e| Error::from(ConfigError::Engine(e)))?;
+        let sharded = !self.dataset.shards().is_empty();
+        let (rank, world) = self.rank;
+        let (sampler, chunked): (Arc<dyn Sampler>, bool) = match (self.sampler, self.shuffle) {
             (Some(_), true) => {
-                return Err(Error::Config(
-                    "give either `sampler` or `shuffle`, not both (as in PyTorch)".into(),
-                ));
+                return Err(ConfigError::SamplerAndShuffle.into());
             }
-            (Some(s), false) => s,
-            (None, true) => Arc::new(RandomSampler::new(self.dataset.len(), self.seed)?),
-            (None, false) => Arc::new(SequentialSampler::new(self.dataset.len())),
+            (Some(s), false) => (s, false),
+            (None, true) if sharded && self.shard_order == ShardOrder::Local => {
+                let layout = self
+                    .dataset
+                    .shards()
+                    .iter()
+                    .map(|s| s.chunks.clone())
+                    .collect();
+                let mut sampler = ShardSampler::new(layout, self.seed).rank(rank, world);
+                if let Some(buffer) = self.shuffle_buffer {
+                    sampler = sampler.shuffle_buffer(buffer);
+                }
+                (Arc::new(sampler.build()?), true)
+            }
+            (None, shuffle) if world > 1 => {
+                let sampler = DistributedSampler::new(self.dataset.len(), rank, world)
+                    .shuffle(shuffle)
+                    .seed(self.seed)
+                    .build()?;
+                (Arc::new(sampler), false)
+            }
+            (None, true) => (
+                Arc::new(RandomSampler::new(self.dataset.len(), self.seed)?),
+                false,
+            ),
+            (None, false) => (Arc::new(SequentialSampler::new(self.dataset.len())), true),
         };
         let batches =
             BatchSampler::new(Arc::clone(&sampler), self.batch_size, self.drop_last).len();
         if batches == 0 {
-            return Err(Error::Config(format!(
-                "an epoch has no batch: {} samples, batch size {}{}",
-                sampler.len(),
-                self.batch_size,
-                if self.drop_last { ", drop_last" } else { "" }
-            )));
+            return Err(ConfigError::NoBatch {
+                samples: sampler.len(),
+                batch_size: self.batch_size,
+                drop_last: self.drop_last,
+            }
+            .into());
         }
         // Per attempt, inside the retry: a stalled attempt is abandoned and repeated.
         let storage = match self.request_timeout {
@@ -271,6 +368,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             end_of_pass: false,
             skip_to_next_epoch: false,
             metrics: None,
+            chunked: chunked && sharded,
+            epochs: self.epochs,
         })
     }
 }
@@ -289,7 +388,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     pub fn map<U, C>(
         self,
         stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
-        collate: impl Fn(RawBatch<U>, &Dataset) -> Result<C> + Send + Sync + 'static,
+        collate: impl Fn(RawBatch<U>) -> Result<C> + Send + Sync + 'static,
     ) -> DataLoaderBuilder<U, C> {
         self.with_stage(Arc::new(stage), Arc::new(collate))
     }
@@ -309,6 +408,10 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             config: self.config,
             retry: self.retry,
             request_timeout: self.request_timeout,
+            shard_order: self.shard_order,
+            shuffle_buffer: self.shuffle_buffer,
+            rank: self.rank,
+            epochs: self.epochs,
         }
     }
 }
@@ -350,9 +453,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     /// `AsCompleted` order, whose batches follow no sampler position.
     pub fn state(&self) -> Result<LoaderState> {
         if self.config.order == Order::AsCompleted {
-            return Err(Error::State(
-                "with as_completed order batches do not follow the sampler, so there is no position to resume from".into(),
-            ));
+            return Err(StateError::AsCompleted.into());
         }
         Ok(self.state)
     }
@@ -360,11 +461,11 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     /// Continue from a saved state.
     pub fn resume(&mut self, state: LoaderState) -> Result<()> {
         if state.position > self.sampler.len() as u64 {
-            return Err(Error::State(format!(
-                "position {} is beyond the epoch's {} samples",
-                state.position,
-                self.sampler.len()
-            )));
+            return Err(StateError::BeyondEpoch {
+                position: state.position,
+                samples: self.sampler.len(),
+            }
+            .into());
         }
         self.restart(state);
         Ok(())
@@ -394,25 +495,28 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         self.skip_to_next_epoch = false;
     }
 
-    /// Batches from `state` on, epoch after epoch, for the engine to run ahead on.
+    /// Batches from `state` on, epoch after epoch (up to the last of `epochs`), for the
+    /// engine to run ahead on.
     fn plans(&self) -> impl Iterator<Item = BatchPlan> + Send + 'static {
         let (sampler, dataset) = (Arc::clone(&self.sampler), self.dataset.clone());
         let (batch_size, drop_last, start) = (self.batch_size, self.drop_last, self.state);
-        (start.epoch..).flat_map(move |epoch| {
+        let chunked = self.chunked;
+        let end = self.epochs.unwrap_or(u64::MAX);
+        (start.epoch..end.max(start.epoch)).flat_map(move |epoch| {
             let batches = BatchSampler::new(Arc::clone(&sampler), batch_size, drop_last);
             let from = if epoch == start.epoch {
                 start.position
             } else {
                 0
             };
+            let state = LoaderState {
+                epoch,
+                position: from,
+            };
             let dataset = dataset.clone();
+            let last_use = chunked.then(|| chunk_last_uses(&*sampler, &dataset, state));
             let mut position = from;
-            let mut cut = batches
-                .resume(LoaderState {
-                    epoch,
-                    position: from,
-                })
-                .peekable();
+            let mut cut = batches.resume(state).peekable();
             // The last batch is the one after which the sampler has nothing left, whatever
             // its `len()` says: a sampler that yields fewer indices than it claims must
             // end its epoch, not run on into the next one within the same pass.
@@ -420,12 +524,22 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                 let indices = cut.next()?;
                 let items: Vec<WorkItem> = indices
                     .iter()
-                    .map(|&i| WorkItem {
-                        index: i as u64,
+                    .enumerate()
+                    .map(|(k, &i)| {
+                        let at = position + k as u64;
                         // An index past the dataset reads as an invalid key, reported per item.
-                        key: dataset
-                            .get(i)
-                            .map_or_else(|| Arc::from(""), |item| Arc::clone(&item.key)),
+                        let mut item = dataset.get(i).map(to_work).unwrap_or_default();
+                        item.index = i as u64;
+                        if let Some(last_use) = &last_use {
+                            item.chunk = dataset.chunk(i).map(|(_, range)| Chunk {
+                                range,
+                                last_use: last_use
+                                    .get((at - from) as usize)
+                                    .copied()
+                                    .unwrap_or(true),
+                            });
+                        }
+                        item
                     })
                     .collect();
                 let plan = BatchPlan {
@@ -499,7 +613,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                     Order::AsCompleted => self.state.position + raw.planned as u64,
                 };
                 let (epoch, last) = (raw.epoch, raw.last_in_epoch);
-                match (self.collate)(raw, &self.dataset) {
+                match (self.collate)(raw) {
                     Ok(batch) => {
                         self.state.position = delivered;
                         if last {
@@ -573,4 +687,31 @@ impl<T: Send + 'static, B> Stream for DataLoader<T, B> {
             Poll::Ready(raw) => Poll::Ready(this.handle(raw)),
         }
     }
+}
+
+/// Positions further apart than this in the order do not share a fetched chunk: the engine
+/// lets it go after the first and fetches it again for the second, rather than holding it
+/// (e.g. a padded rank's first chunk, read again at the end of its epoch).
+const CHUNK_HORIZON: u64 = 8192;
+
+/// For each position of the epoch from `state` on: whether its item is the last (for a
+/// while, [`CHUNK_HORIZON`]) to read its chunk, so the engine knows when to drop it.
+fn chunk_last_uses(sampler: &dyn Sampler, dataset: &Dataset, state: LoaderState) -> Vec<bool> {
+    let mut last_seen: Vec<u64> = vec![u64::MAX; dataset.chunk_count()];
+    let mut flags = Vec::with_capacity(sampler.len());
+    for (k, index) in sampler.resume(state).enumerate() {
+        flags.push(true);
+        let Some((chunk, _)) = dataset.chunk(index) else {
+            continue;
+        };
+        let Some(seen) = last_seen.get_mut(chunk as usize) else {
+            continue;
+        };
+        let at = k as u64;
+        if *seen != u64::MAX && at - *seen <= CHUNK_HORIZON {
+            flags[*seen as usize] = false;
+        }
+        *seen = at;
+    }
+    flags
 }

@@ -113,7 +113,7 @@ fn checksums(store: DynStorage, dataset: &Dataset) -> loader_core::DataLoaderBui
     // loader's default retry on top would ride out the outages they expect to see fail.
     DataLoader::builder(store, dataset.clone()).retry(None).map(
         |bytes: Bytes, _: &SampleInfo| Ok(checksum(&bytes)),
-        |raw: RawBatch<u64>, _: &Dataset| {
+        |raw: RawBatch<u64>| {
             Ok(Checked {
                 epoch: raw.epoch,
                 samples: raw.samples.iter().map(|(i, s)| (i.index, *s)).collect(),
@@ -525,7 +525,7 @@ fn a_stalled_consumer_keeps_live_buffers_bounded_and_the_epoch_completes() {
     .fetch(Fetch::Async {
         max_in_flight: in_flight,
     })
-    .map(stage, |raw: RawBatch<(u64, Tracked)>, _: &Dataset| Ok(raw))
+    .map(stage, |raw: RawBatch<(u64, Tracked)>| Ok(raw))
     .build()
     .unwrap();
     let bound = prefetch * batch + (batch + in_flight + decode) + batch;

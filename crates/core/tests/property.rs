@@ -262,7 +262,7 @@ impl Case {
                     }
                     Ok(info.index)
                 },
-                |raw: RawBatch<u64>, _: &Dataset| {
+                |raw: RawBatch<u64>| {
                     Ok(Seen {
                         epoch: raw.epoch,
                         samples: raw

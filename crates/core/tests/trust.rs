@@ -17,8 +17,8 @@ use loader_core::sampler::{Indices, SequentialSampler};
 use loader_core::storage::layer::FaultConfig;
 use loader_core::storage::{ObjectMeta, Result as StorageResult};
 use loader_core::{
-    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, ItemError, LoaderState, RawBatch,
-    SampleInfo, Sampler, Storage, StorageExt, from_url,
+    CollateError, DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, ItemError,
+    LoaderState, RawBatch, SampleInfo, Sampler, Storage, StorageExt, from_url,
 };
 use loader_testkit::HookedStore;
 use loader_testkit::watchdog::no_hang;
@@ -73,12 +73,12 @@ fn checked(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilde
             assert_eq!(text, info.index.to_string(), "bytes of another sample");
             Ok(info.index)
         },
-        |raw: RawBatch<u64>, dataset: &Dataset| {
+        |raw: RawBatch<u64>| {
             Ok(Got {
                 samples: raw
                     .samples
                     .iter()
-                    .map(|(info, _)| (info.index, dataset.get(info.index as usize).unwrap().label))
+                    .map(|(info, _)| (info.index, info.label))
                     .collect(),
                 skipped: raw
                     .skipped
@@ -289,9 +289,9 @@ fn a_failed_collate_does_not_move_the_state_past_the_batch() {
         .batch_size(2)
         .map(
             |_: Bytes, info: &SampleInfo| Ok(info.index),
-            move |raw: RawBatch<u64>, _: &Dataset| {
+            move |raw: RawBatch<u64>| {
                 if counted.fetch_add(1, Ordering::SeqCst) == 1 {
-                    return Err(Error::Collate("refused once".into()));
+                    return Err(Error::Collate(CollateError::other("refused once")));
                 }
                 Ok(raw.samples.iter().map(|s| s.1).collect::<Vec<_>>())
             },
@@ -389,10 +389,7 @@ impl Storage for HungMount {
         self.get(key).await
     }
     async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
-        Ok(ObjectMeta {
-            key: key.into(),
-            size: 0,
-        })
+        Ok(ObjectMeta::new(key, 0))
     }
     fn list<'a>(&'a self, _: &'a str) -> BoxStream<'a, StorageResult<ObjectMeta>> {
         Box::pin(futures::stream::empty())

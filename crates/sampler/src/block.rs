@@ -23,12 +23,14 @@ impl BlockShuffleSampler {
     /// Over `0..len` in blocks of `block_size`.
     pub fn new(len: usize, block_size: usize, seed: u64) -> Result<Self, SamplerError> {
         if block_size == 0 {
-            return Err(SamplerError("the block size must be at least 1".into()));
+            return Err(SamplerError::Zero("the block size"));
         }
         if u32::try_from(len.div_ceil(block_size)).is_err() {
-            return Err(SamplerError(
-                "at most 2^32 blocks; use larger blocks".into(),
-            ));
+            return Err(SamplerError::TooLarge {
+                what: "the block order",
+                len: len.div_ceil(block_size) as u64,
+                hint: "; use larger blocks",
+            });
         }
         Ok(Self {
             len,

@@ -47,23 +47,23 @@ impl DistributedBuilder {
     pub fn build(self) -> Result<DistributedSampler, SamplerError> {
         let s = self.sampler;
         if s.world_size == 0 {
-            return Err(SamplerError("world size must be at least 1".into()));
+            return Err(SamplerError::Zero("the world size"));
         }
         if s.rank >= s.world_size {
-            return Err(SamplerError(format!(
-                "rank {} is out of range for world size {} (ranks are 0..{})",
-                s.rank, s.world_size, s.world_size
-            )));
+            return Err(SamplerError::RankOutOfRange {
+                rank: s.rank,
+                world_size: s.world_size,
+            });
         }
         if s.shuffle && u32::try_from(s.dataset_len).is_err() {
-            return Err(SamplerError(
-                "a shuffled epoch holds at most 2^32 indices".into(),
-            ));
+            return Err(SamplerError::TooLarge {
+                what: "a shuffled epoch",
+                len: s.dataset_len as u64,
+                hint: "",
+            });
         }
         if !s.drop_last && s.dataset_len == 0 {
-            return Err(SamplerError(
-                "cannot pad an empty dataset to the world size".into(),
-            ));
+            return Err(SamplerError::Empty("pad to the world size"));
         }
         Ok(s)
     }
@@ -122,34 +122,40 @@ pub(crate) fn rank_and_world(
             (None, None) => continue,
             (Some(rank), Some(world)) => {
                 let parse = |name: &str, value: &str| {
-                    value.trim().parse::<usize>().map_err(|_| {
-                        SamplerError(format!(
-                            "{name}={value:?} is not a non-negative whole number"
-                        ))
-                    })
+                    value
+                        .trim()
+                        .parse::<usize>()
+                        .map_err(|_| SamplerError::Environment {
+                            variable: format!("{name}={value:?}"),
+                            problem: "not a non-negative whole number".into(),
+                        })
                 };
                 let (rank, world) = (parse(rank_var, &rank)?, parse(world_var, &world)?);
                 if world == 0 {
-                    return Err(SamplerError(format!(
-                        "{world_var}=0: the world size must be at least 1"
-                    )));
+                    return Err(SamplerError::Environment {
+                        variable: format!("{world_var}=0"),
+                        problem: "the world size must be at least 1".into(),
+                    });
                 }
                 if rank >= world {
-                    return Err(SamplerError(format!(
-                        "{rank_var}={rank} is not below {world_var}={world}"
-                    )));
+                    return Err(SamplerError::Environment {
+                        variable: format!("{rank_var}={rank}"),
+                        problem: format!("not below {world_var}={world}"),
+                    });
                 }
                 return Ok((rank, world));
             }
             (Some(_), None) => {
-                return Err(SamplerError(format!(
-                    "{rank_var} is set but {world_var} is not"
-                )));
+                return Err(SamplerError::Environment {
+                    variable: rank_var.into(),
+                    problem: format!("set, but {world_var} is not"),
+                });
             }
             (None, Some(_)) => {
-                return Err(SamplerError(format!(
-                    "{world_var} is set but {rank_var} is not"
-                )));
+                return Err(SamplerError::Environment {
+                    variable: world_var.into(),
+                    problem: format!("set, but {rank_var} is not"),
+                });
             }
         }
     }
@@ -218,7 +224,7 @@ mod tests {
             (&[("RANK", "0")][..], "WORLD_SIZE is not"),
         ] {
             let err = rank_and_world(env(pairs)).unwrap_err();
-            assert!(err.0.contains(needle), "{pairs:?}: {err}");
+            assert!(err.to_string().contains(needle), "{pairs:?}: {err}");
         }
         assert!(DistributedSampler::new(10, 2, 2).build().is_err());
         assert!(DistributedSampler::new(10, 0, 0).build().is_err());

@@ -39,6 +39,7 @@ mod distributed;
 mod random;
 mod rng;
 mod sequential;
+mod shard;
 mod subset;
 mod weighted;
 
@@ -47,13 +48,74 @@ pub use block::BlockShuffleSampler;
 pub use distributed::{DistributedBuilder, DistributedSampler};
 pub use random::{RandomSampler, ReplacementSampler};
 pub use sequential::SequentialSampler;
+pub use shard::{ShardSampler, ShardSamplerBuilder};
 pub use subset::SubsetSampler;
 pub use weighted::WeightedSampler;
 
 /// A sampler's configuration was not acceptable.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct SamplerError(pub String);
+#[non_exhaustive]
+pub enum SamplerError {
+    /// A size that must be at least 1 is 0.
+    #[error("{0} must be at least 1")]
+    Zero(&'static str),
+    /// More indices (or blocks, weights) than an epoch's order can hold.
+    #[error("{what} holds at most 2^32 entries, not {len}{hint}")]
+    TooLarge {
+        /// What is too large.
+        what: &'static str,
+        /// Its size.
+        len: u64,
+        /// What to do instead, if anything.
+        hint: &'static str,
+    },
+    /// A rank outside `0..world_size`.
+    #[error("rank {rank} is out of range for world size {world_size} (ranks are 0..{world_size})")]
+    RankOutOfRange {
+        /// The rank.
+        rank: usize,
+        /// The world size.
+        world_size: usize,
+    },
+    /// Nothing to sample from.
+    #[error("cannot {0} an empty dataset")]
+    Empty(&'static str),
+    /// A weight is negative or not finite.
+    #[error("weight {index} is {weight}; weights must be finite and not negative")]
+    BadWeight {
+        /// Its index.
+        index: usize,
+        /// Its value.
+        weight: f64,
+    },
+    /// No weight is positive.
+    #[error("the weights sum to {0}; at least one must be positive")]
+    NoPositiveWeight(f64),
+    /// More draws without replacement than positive weights.
+    #[error("cannot draw {wanted} samples without replacement from {positive} positive weights")]
+    TooFewWeights {
+        /// Draws asked for.
+        wanted: usize,
+        /// Positive weights.
+        positive: usize,
+    },
+    /// The rank or world size in the environment (torchrun's, SLURM's) is unusable.
+    #[error("{variable}: {problem}")]
+    Environment {
+        /// The variable, with its value when it has one.
+        variable: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Shard-local order for more ranks than the data allows.
+    #[error("{samples} samples cannot give each of {ranks} ranks a sample with drop_last")]
+    TooFewSamples {
+        /// Samples in all shards.
+        samples: usize,
+        /// Ranks.
+        ranks: usize,
+    },
+}
 
 /// Where an epoch stands: enough to resume it exactly. Serialise it with any serde format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

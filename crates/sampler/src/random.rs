@@ -18,9 +18,11 @@ impl RandomSampler {
     /// Over `0..len`.
     pub fn new(len: usize, seed: u64) -> Result<Self, SamplerError> {
         if u32::try_from(len).is_err() {
-            return Err(SamplerError(format!(
-                "a random permutation holds at most 2^32 indices, not {len}; use BlockShuffleSampler"
-            )));
+            return Err(SamplerError::TooLarge {
+                what: "a random permutation",
+                len: len as u64,
+                hint: "; use BlockShuffleSampler",
+            });
         }
         Ok(Self { len, seed })
     }
@@ -61,9 +63,7 @@ impl ReplacementSampler {
     /// Draw `num_samples` per epoch from `0..len`.
     pub fn new(len: usize, num_samples: usize, seed: u64) -> Result<Self, SamplerError> {
         if len == 0 && num_samples > 0 {
-            return Err(SamplerError(
-                "cannot draw samples from an empty dataset".into(),
-            ));
+            return Err(SamplerError::Empty("draw samples from"));
         }
         Ok(Self {
             population: len,

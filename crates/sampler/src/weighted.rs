@@ -34,31 +34,32 @@ impl WeightedSampler {
     ) -> Result<Self, SamplerError> {
         let weights: Arc<[f64]> = weights.into();
         if u32::try_from(weights.len()).is_err() {
-            return Err(SamplerError(format!(
-                "at most 2^32 weights, not {}",
-                weights.len()
-            )));
+            return Err(SamplerError::TooLarge {
+                what: "the weights",
+                len: weights.len() as u64,
+                hint: "",
+            });
         }
         if let Some((i, w)) = weights
             .iter()
             .enumerate()
             .find(|(_, w)| !w.is_finite() || **w < 0.0)
         {
-            return Err(SamplerError(format!(
-                "weight {i} is {w}; weights must be finite and not negative"
-            )));
+            return Err(SamplerError::BadWeight {
+                index: i,
+                weight: *w,
+            });
         }
         let total: f64 = weights.iter().sum();
         if total.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || !total.is_finite() {
-            return Err(SamplerError(format!(
-                "the weights sum to {total}; at least one must be positive"
-            )));
+            return Err(SamplerError::NoPositiveWeight(total));
         }
         let positive = weights.iter().filter(|w| **w > 0.0).count();
         if !replacement && num_samples > positive {
-            return Err(SamplerError(format!(
-                "cannot draw {num_samples} samples without replacement from {positive} positive weights"
-            )));
+            return Err(SamplerError::TooFewWeights {
+                wanted: num_samples,
+                positive,
+            });
         }
         let alias = if replacement {
             alias_table(&weights, total)

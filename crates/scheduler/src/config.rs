@@ -71,6 +71,36 @@ pub struct Config {
     pub runtime: Option<tokio::runtime::Handle>,
     /// Record every fetch, CPU stage and batch into this trace.
     pub trace: Option<std::sync::Arc<crate::Trace>>,
+    /// Fetched bytes not yet decoded, at most (requests whose size is known: ranges and
+    /// chunks; a whole object counts once it arrives). A chunk kept for its later samples
+    /// counts until its last one is decoded.
+    pub max_buffered_bytes: u64,
+    /// Ranged items of one object closer than this (in bytes) are read in one request.
+    pub coalesce_gap: u64,
+    /// A coalesced request reads at most this many bytes.
+    pub max_coalesced_bytes: u64,
+}
+
+/// Default of [`Config::max_buffered_bytes`]: room for a few shards' worth of 4 MiB chunks
+/// per request in flight, far under a training node's memory.
+pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1 << 30;
+
+/// A refused setting.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A strategy with no worker, thread or request slot would never fetch anything.
+    #[error("{0}: nothing would ever be fetched")]
+    NothingFetched(&'static str),
+    /// `decode_threads` is 0.
+    #[error("decode_threads must be at least 1")]
+    NoDecodeThreads,
+    /// `prefetch` is 0.
+    #[error("prefetch must be at least 1")]
+    NoPrefetch,
+    /// `max_buffered_bytes` is 0.
+    #[error("max_buffered_bytes must be at least 1")]
+    NoBufferedBytes,
 }
 
 impl Default for Config {
@@ -83,13 +113,16 @@ impl Default for Config {
             error_policy: ErrorPolicy::default(),
             runtime: None,
             trace: None,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            coalesce_gap: 256 << 10,
+            max_coalesced_bytes: 16 << 20,
         }
     }
 }
 
 impl Config {
     /// Check the settings, naming what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let zero = match self.fetch {
             Fetch::Sequential { workers: 0 } => Some("Sequential { workers: 0 }"),
             Fetch::Threads { threads: 0 } => Some("Threads { threads: 0 }"),
@@ -97,13 +130,16 @@ impl Config {
             _ => None,
         };
         if let Some(what) = zero {
-            return Err(format!("{what}: nothing would ever be fetched"));
+            return Err(ConfigError::NothingFetched(what));
         }
         if self.decode_threads == 0 {
-            return Err("decode_threads must be at least 1".into());
+            return Err(ConfigError::NoDecodeThreads);
         }
         if self.prefetch == 0 {
-            return Err("prefetch must be at least 1".into());
+            return Err(ConfigError::NoPrefetch);
+        }
+        if self.max_buffered_bytes == 0 {
+            return Err(ConfigError::NoBufferedBytes);
         }
         Ok(())
     }

@@ -1,15 +1,72 @@
 //! What flows through the engine: planned batches in, finished batches (or errors) out.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
-/// One item to load.
-#[derive(Debug, Clone, PartialEq, Eq)]
+use bytes::Bytes;
+
+/// One item to load: where its bytes are and what it carries with it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WorkItem {
     /// Its dataset index.
     pub index: u64,
-    /// Its storage key.
+    /// The object holding its bytes.
     pub key: Arc<str>,
+    /// Its bytes within the object; `None` for the whole object.
+    pub range: Option<Range<u64>>,
+    /// Its label, handed to the collate with the sample.
+    pub label: i64,
+    /// Its name when the object holds many samples (a WebDataset sample's key), for
+    /// errors and batches; `None` when the object key names it.
+    pub name: Option<Arc<str>>,
+    /// Other parts stored beside it (a WebDataset sample's `.cls`, `.json`, ...), cut out
+    /// of the same fetch and handed to the CPU stage in [`SampleInfo::members`].
+    pub members: Arc<[Member]>,
+    /// The span of the object its source reads in one request (a shard's chunk), so one
+    /// GET feeds every sample in it; `None` lets the engine coalesce by itself.
+    pub chunk: Option<Chunk>,
+}
+
+impl WorkItem {
+    /// A sample that is one whole object.
+    pub fn object(index: u64, key: impl Into<Arc<str>>) -> Self {
+        Self {
+            index,
+            key: key.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The bytes of the object the item needs: its range and its members'.
+    pub fn span(&self) -> Option<Range<u64>> {
+        let mut span = self.range.clone()?;
+        for m in self.members.iter() {
+            span.start = span.start.min(m.range.start);
+            span.end = span.end.max(m.range.end);
+        }
+        Some(span)
+    }
+}
+
+/// A named part of a sample stored beside its main bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Member {
+    /// Its suffix, e.g. `cls` or `json` (WebDataset's extension, lowercased).
+    pub name: Arc<str>,
+    /// Its bytes within the object.
+    pub range: Range<u64>,
+}
+
+/// A span read in one request that feeds several items.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Chunk {
+    /// The bytes of the object to fetch; it holds the item's span.
+    pub range: Range<u64>,
+    /// Whether this is the chunk's last item in the plan: the engine drops the fetched
+    /// bytes when it has admitted it. If unsure, say `true`: a later item of the chunk is
+    /// then fetched again, never lost.
+    pub last_use: bool,
 }
 
 /// A batch as the sampler cut it: the unit of order and of resuming.
@@ -26,16 +83,49 @@ pub struct BatchPlan {
 }
 
 /// What the CPU stage is told about the sample it transforms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SampleInfo {
     /// The dataset index.
     pub index: u64,
-    /// The storage key.
+    /// The storage key of the object holding it.
     pub key: Arc<str>,
+    /// Its bytes within the object (`None`: the whole object).
+    pub range: Option<Range<u64>>,
+    /// Its name inside the object, for samples of a shard.
+    pub name: Option<Arc<str>>,
+    /// Its label.
+    pub label: i64,
     /// The epoch.
     pub epoch: u64,
     /// Its position within the epoch.
     pub position: u64,
+    /// The bytes of its other members, by name, once fetched (empty before the fetch and
+    /// for samples without members).
+    pub members: Vec<(Arc<str>, Bytes)>,
+}
+
+impl SampleInfo {
+    /// The bytes of the member called `name` (e.g. `"json"`), if the sample has one.
+    pub fn member(&self, name: &str) -> Option<&Bytes> {
+        self.members
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, b)| b)
+    }
+}
+
+impl fmt::Display for SampleInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sample {} (", self.index)?;
+        if let Some(name) = &self.name {
+            write!(f, "{name:?} in ")?;
+        }
+        write!(f, "key {:?}", self.key)?;
+        if let Some(r) = &self.range {
+            write!(f, " bytes {}..{}", r.start, r.end)?;
+        }
+        write!(f, ", epoch {})", self.epoch)
+    }
 }
 
 /// An error from the CPU stage.
@@ -44,8 +134,9 @@ pub type StageError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Why an item failed.
 #[derive(Debug)]
 pub enum ItemFailure {
-    /// Reading it from storage failed (after the store's own retries).
-    Fetch(loader_storage::Error),
+    /// Reading it from storage failed (after the store's own retries). Shared: one failed
+    /// request fails every item it was to feed.
+    Fetch(Arc<loader_storage::Error>),
     /// Decoding or transforming it failed.
     Stage(StageError),
     /// The CPU stage (or, in a blocking strategy, anything else of the item's work)
@@ -67,11 +158,7 @@ pub struct ItemError {
 
 impl fmt::Display for ItemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "sample {} (key {:?}, epoch {}): ",
-            self.info.index, self.info.key, self.info.epoch
-        )?;
+        write!(f, "{}: ", self.info)?;
         match &self.failure {
             ItemFailure::Fetch(e) => write!(f, "fetch failed: {e}"),
             ItemFailure::Stage(e) => write!(f, "decode failed: {e}"),
@@ -84,7 +171,7 @@ impl fmt::Display for ItemError {
 impl std::error::Error for ItemError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.failure {
-            ItemFailure::Fetch(e) => Some(e),
+            ItemFailure::Fetch(e) => Some(&**e),
             ItemFailure::Stage(e) => Some(e.as_ref()),
             ItemFailure::Panic(_) | ItemFailure::Cancelled => None,
         }
@@ -145,9 +232,14 @@ pub enum EngineError {
         errors: Vec<ItemError>,
     },
     /// The configuration was refused.
-    Config(String),
+    Config(crate::ConfigError),
     /// The engine could not start (a thread or runtime failed to spawn).
-    Start(String),
+    Start {
+        /// What could not be started.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Something panicked outside any one item (the sampler, a plan iterator, the engine
     /// itself); the run ends here instead of ending the epoch as if it were complete.
     Panicked {
@@ -180,8 +272,10 @@ impl fmt::Display for EngineError {
                 )?;
                 list(f, errors)
             }
-            EngineError::Config(m) => write!(f, "invalid configuration: {m}"),
-            EngineError::Start(m) => write!(f, "cannot start the loader: {m}"),
+            EngineError::Config(e) => write!(f, "invalid configuration: {e}"),
+            EngineError::Start { what, source } => {
+                write!(f, "cannot start the loader's {what}: {source}")
+            }
             EngineError::Panicked { what, message } => {
                 write!(f, "the loader panicked in {what}: {message}")
             }
@@ -207,7 +301,9 @@ impl std::error::Error for EngineError {
                     .first()
                     .map(|e| e as &(dyn std::error::Error + 'static))
             }
-            _ => None,
+            EngineError::Config(e) => Some(e),
+            EngineError::Start { source, .. } => Some(source),
+            EngineError::Panicked { .. } => None,
         }
     }
 }

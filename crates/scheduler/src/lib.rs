@@ -22,7 +22,7 @@
 //! let plans = (0..2u64).map(|b| BatchPlan {
 //!     epoch: 0,
 //!     position: b * 5,
-//!     items: (b * 5..b * 5 + 5).map(|i| WorkItem { index: i, key: format!("{i}.txt").into() }).collect(),
+//!     items: (b * 5..b * 5 + 5).map(|i| WorkItem::object(i, format!("{i}.txt"))).collect(),
 //!     last_in_epoch: b == 1,
 //! });
 //! let stage = Arc::new(|bytes: Bytes, _info: &SampleInfo| Ok(bytes.len()));
@@ -38,17 +38,23 @@
 //! println!("{}", engine.metrics().summary());
 //! ```
 
+mod assembly;
 mod config;
+mod driver;
 mod engine;
 mod item;
 mod metrics;
 mod pool;
+mod strategy;
 mod trace;
+mod unit;
+mod work;
 
-pub use config::{Config, ErrorPolicy, Fetch, Order};
+pub use config::{Config, ConfigError, DEFAULT_MAX_BUFFERED_BYTES, ErrorPolicy, Fetch, Order};
 pub use engine::{Engine, Stage, THREAD_PREFIX, detached_on_drop};
 pub use item::{
-    BatchPlan, EngineError, ItemError, ItemFailure, RawBatch, SampleInfo, StageError, WorkItem,
+    BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
+    StageError, WorkItem,
 };
 pub use metrics::{Metrics, StageSummary, Summary, process_cpu_time};
 pub use trace::Trace;

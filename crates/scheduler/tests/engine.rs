@@ -48,10 +48,7 @@ fn plans(
                 position: (b * batch) as u64,
                 items: chunk
                     .iter()
-                    .map(|&i| WorkItem {
-                        index: i,
-                        key: format!("{i:04}").into(),
-                    })
+                    .map(|&i| WorkItem::object(i, format!("{i:04}")))
                     .collect(),
                 last_in_epoch: b == last,
             })

@@ -30,10 +30,7 @@ fn plans(count: u64, batch: u64, epochs: u64) -> impl Iterator<Item = BatchPlan>
             epoch,
             position: b * batch,
             items: (b * batch..(b + 1) * batch)
-                .map(|i| WorkItem {
-                    index: i,
-                    key: format!("{i:04}").into(),
-                })
+                .map(|i| WorkItem::object(i, format!("{i:04}")))
                 .collect(),
             last_in_epoch: b + 1 == count / batch,
         })

@@ -79,6 +79,21 @@ pub struct ObjectMeta {
     pub key: String,
     /// The object's size in bytes.
     pub size: u64,
+    /// What changes when the object is rewritten, where the backend says: the ETag (or
+    /// version) on object stores, the modification time on local disk. An index or cache
+    /// built from the object is stale when its size or version differs.
+    pub version: Option<String>,
+}
+
+impl ObjectMeta {
+    /// An object of `size` bytes with no version.
+    pub fn new(key: impl Into<String>, size: u64) -> Self {
+        Self {
+            key: key.into(),
+            size,
+            version: None,
+        }
+    }
 }
 
 /// A read-only view of objects under one root, addressed by `/`-separated keys.

@@ -198,10 +198,7 @@ impl Storage for Gauge {
         self.get(key).await
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        Ok(ObjectMeta {
-            key: key.into(),
-            size: 0,
-        })
+        Ok(ObjectMeta::new(key, 0))
     }
     fn list<'a>(&'a self, _prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
         futures::stream::empty().boxed()

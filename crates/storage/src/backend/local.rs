@@ -229,10 +229,11 @@ impl Storage for LocalStore {
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.blocking(key, |store, key| {
-            let (_, size) = open_file(store, key)?;
+            let (file, size) = open_file(store, key)?;
             Ok(ObjectMeta {
                 key: key.to_owned(),
                 size,
+                version: file.metadata().ok().as_ref().and_then(mtime),
             })
         })
         .await
@@ -341,6 +342,7 @@ fn list_entry(store: &LocalStore, entry: &walkdir::DirEntry) -> Option<Result<Ob
             Ok(meta) if meta.is_file() => Some(Ok(ObjectMeta {
                 key,
                 size: meta.len(),
+                version: mtime(&meta),
             })),
             Ok(_) => None,
             Err(e) => Some(Err(e)),
@@ -350,6 +352,7 @@ fn list_entry(store: &LocalStore, entry: &walkdir::DirEntry) -> Option<Result<Ob
         Ok(meta) if meta.is_file() => Some(Ok(ObjectMeta {
             key,
             size: meta.len(),
+            version: mtime(&meta),
         })),
         Ok(_) => None,
         Err(e) => Some(Err(Error::new(
@@ -360,6 +363,16 @@ fn list_entry(store: &LocalStore, entry: &walkdir::DirEntry) -> Option<Result<Ob
         )
         .with_source(e))),
     }
+}
+
+/// A local file's version: its modification time in nanoseconds, which a rewrite changes.
+fn mtime(meta: &std::fs::Metadata) -> Option<String> {
+    let t = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(format!("mtime:{}", t.as_nanos()))
 }
 
 #[cfg(test)]

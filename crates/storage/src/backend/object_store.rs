@@ -224,6 +224,7 @@ impl Storage for ObjectStoreAdapter {
         Ok(ObjectMeta {
             key: key.to_owned(),
             size: meta.size,
+            version: meta.e_tag.or(meta.version),
         })
     }
 
@@ -247,6 +248,7 @@ impl Storage for ObjectStoreAdapter {
             .map_ok(|meta| ObjectMeta {
                 key: meta.location.to_string(),
                 size: meta.size,
+                version: meta.e_tag.or(meta.version),
             })
             .map_err(move |e| {
                 let err = self.error(prefix.as_ref().map_or("", |p| p.as_ref()), e);

@@ -252,6 +252,7 @@ impl Storage for OpendalStore {
         Ok(ObjectMeta {
             key: key.to_owned(),
             size: meta.content_length(),
+            version: meta.etag().or(meta.version()).map(str::to_owned),
         })
     }
 
@@ -284,6 +285,7 @@ impl Storage for OpendalStore {
             Ok((!meta.is_dir()).then(|| ObjectMeta {
                 key: entry.path().to_owned(),
                 size: meta.content_length(),
+                version: meta.etag().or(meta.version()).map(str::to_owned),
             }))
         })
         .boxed()

@@ -1,0 +1,376 @@
+//! Fetch units: one request that feeds one or many items, its bytes shared and cut out
+//! per item without copying, under a byte budget.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use loader_storage::{DynStorage, Error, ErrorKind};
+use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
+
+use crate::item::{Chunk, Member, WorkItem};
+use crate::metrics::Metrics;
+
+/// The byte budget counts in KiB: a semaphore takes at most `u32::MAX` permits at once.
+const BUDGET_UNIT: u64 = 1024;
+
+/// What a unit's fetch needs from the engine.
+pub(crate) struct FetchContext {
+    pub(crate) storage: DynStorage,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Requests in flight, at most.
+    pub(crate) in_flight: Arc<Semaphore>,
+    /// Fetched, undecoded bytes, in [`BUDGET_UNIT`]s.
+    pub(crate) budget: Arc<Semaphore>,
+    budget_total: u32,
+    /// Raised when a fetch waits for the budget: the driver then lets go of the chunks it
+    /// keeps for later items, so a budget full of kept chunks cannot stall the loader.
+    pub(crate) budget_short: Arc<Notify>,
+    pub(crate) trace: Option<Arc<crate::Trace>>,
+}
+
+impl FetchContext {
+    pub(crate) fn new(
+        storage: DynStorage,
+        metrics: Arc<Metrics>,
+        max_in_flight: usize,
+        max_bytes: u64,
+        trace: Option<Arc<crate::Trace>>,
+    ) -> Self {
+        let total = u32::try_from(max_bytes.div_ceil(BUDGET_UNIT).max(1)).unwrap_or(u32::MAX);
+        Self {
+            storage,
+            metrics,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            budget: Arc::new(Semaphore::new(total as usize)),
+            budget_total: total,
+            budget_short: Arc::new(Notify::new()),
+            trace,
+        }
+    }
+}
+
+/// One request: the whole object, or a range of it.
+pub(crate) struct Unit {
+    key: Arc<str>,
+    range: Option<Range<u64>>,
+    /// Trace id and dataset index of the item that made it, for the trace.
+    trace_id: (u64, u64),
+    fetched: OnceCell<Result<Fetched, Arc<Error>>>,
+}
+
+struct Fetched {
+    bytes: Bytes,
+    /// The unit's share of the byte budget, returned when the last item holding the unit
+    /// is done with it.
+    _budget: Option<OwnedSemaphorePermit>,
+}
+
+impl Unit {
+    pub(crate) fn new(key: Arc<str>, range: Option<Range<u64>>, trace_id: (u64, u64)) -> Self {
+        Self {
+            key,
+            range,
+            trace_id,
+            fetched: OnceCell::new(),
+        }
+    }
+
+    /// The unit's bytes, fetched by the first item that asks; the others wait for it. A
+    /// failed fetch fails every item of the unit with the same error.
+    pub(crate) async fn bytes(&self, cx: &FetchContext) -> Result<Bytes, Arc<Error>> {
+        let fetched = self.fetched.get_or_init(|| self.fetch(cx)).await;
+        match fetched {
+            Ok(f) => Ok(f.bytes.clone()),
+            Err(e) => Err(Arc::clone(e)),
+        }
+    }
+
+    async fn fetch(&self, cx: &FetchContext) -> Result<Fetched, Arc<Error>> {
+        let budget = match &self.range {
+            Some(r) => {
+                let want = ((r.end - r.start).div_ceil(BUDGET_UNIT) as u32).min(cx.budget_total);
+                let permit = match Arc::clone(&cx.budget).try_acquire_many_owned(want) {
+                    Ok(p) => Ok(p),
+                    Err(_) => {
+                        cx.budget_short.notify_one();
+                        Arc::clone(&cx.budget).acquire_many_owned(want).await
+                    }
+                };
+                // Never closed while the engine lives.
+                permit.ok()
+            }
+            None => None,
+        };
+        let Ok(_slot) = Arc::clone(&cx.in_flight).acquire_owned().await else {
+            return Err(Arc::new(self.error(
+                cx,
+                ErrorKind::Other,
+                "the loader stopped",
+            )));
+        };
+        let _guard = cx.metrics.fetch_started();
+        let started = Instant::now();
+        let request = async {
+            match &self.range {
+                Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
+                None => cx.storage.get(&self.key).await,
+            }
+        };
+        // A custom backend's panic is its error naming the key and backend: unwound
+        // through the engine it would lose the items and leave their batch waiting.
+        let result = match AssertUnwindSafe(request).catch_unwind().await {
+            Ok(r) => r,
+            Err(panic) => Err(self.error(
+                cx,
+                ErrorKind::Other,
+                &format!(
+                    "the backend panicked: {}",
+                    crate::engine::panic_message(&*panic)
+                ),
+            )),
+        };
+        if let Some(trace) = &cx.trace {
+            trace.fetch(self.trace_id.0, started, self.trace_id.1);
+        }
+        let bytes = result.map_err(Arc::new)?;
+        cx.metrics.fetched(bytes.len());
+        Ok(Fetched {
+            bytes,
+            _budget: budget,
+        })
+    }
+
+    fn error(&self, cx: &FetchContext, kind: ErrorKind, message: &str) -> Error {
+        Error::new(kind, cx.storage.name(), &*self.key, message)
+    }
+
+    /// The bytes of `range` (of the object) out of this unit's `bytes`, without a copy.
+    pub(crate) fn cut(
+        &self,
+        cx: &FetchContext,
+        bytes: &Bytes,
+        range: &Range<u64>,
+    ) -> Result<Bytes, Arc<Error>> {
+        let base = self.range.as_ref().map_or(0, |r| r.start);
+        let inside = range.start >= base && range.end >= range.start;
+        let (from, to) = if inside {
+            (range.start - base, range.end - base)
+        } else {
+            (0, u64::MAX)
+        };
+        if to > bytes.len() as u64 {
+            return Err(Arc::new(self.error(
+                cx,
+                ErrorKind::Other,
+                &format!(
+                    "bytes {}..{} are past the end of the object ({} bytes read from offset \
+                     {base}): the object is shorter than its index says; was it replaced?",
+                    range.start,
+                    range.end,
+                    bytes.len()
+                ),
+            )));
+        }
+        Ok(bytes.slice(from as usize..to as usize))
+    }
+}
+
+/// Runs of neighbouring ranges of one object in `items` (in plan order) are read in one
+/// request each: consecutive ranged items without a chunk of their own whose gap is at most
+/// `gap` bytes and whose joint span is at most `max` bytes get a shared chunk.
+pub(crate) fn coalesce(items: &mut [WorkItem], gap: u64, max: u64) {
+    let mut start = 0;
+    while start < items.len() {
+        let Some(first) = items[start].span().filter(|_| items[start].chunk.is_none()) else {
+            start += 1;
+            continue;
+        };
+        let mut span = first;
+        let mut end = start + 1;
+        while end < items.len() {
+            let next = &items[end];
+            let Some(s) = next.span().filter(|_| next.chunk.is_none()) else {
+                break;
+            };
+            let joined = span.start.min(s.start)..span.end.max(s.end);
+            let near =
+                s.start <= span.end.saturating_add(gap) && s.end.saturating_add(gap) >= span.start;
+            if next.key != items[start].key || !near || joined.end - joined.start > max {
+                break;
+            }
+            span = joined;
+            end += 1;
+        }
+        if end - start > 1 {
+            for (i, item) in items[start..end].iter_mut().enumerate() {
+                item.chunk = Some(Chunk {
+                    range: span.clone(),
+                    last_use: i == end - start - 1,
+                });
+            }
+        }
+        start = end;
+    }
+}
+
+/// Chunks fetched (or being fetched) that later items of the plan will read, by object
+/// and range, oldest first.
+#[derive(Default)]
+pub(crate) struct KeptChunks {
+    units: HashMap<(Arc<str>, u64, u64), Arc<Unit>>,
+    order: VecDeque<(Arc<str>, u64, u64)>,
+}
+
+/// Kept chunks at most: a plan whose `last_use` flags are missing costs refetches, never
+/// unbounded memory.
+const MAX_KEPT: usize = 4096;
+
+impl KeptChunks {
+    /// The unit an item reads from: its chunk's (shared with the chunk's other items), or
+    /// one of its own.
+    pub(crate) fn unit_for(&mut self, item: &WorkItem, trace_id: (u64, u64)) -> Arc<Unit> {
+        let Some(chunk) = &item.chunk else {
+            return Arc::new(Unit::new(Arc::clone(&item.key), item.span(), trace_id));
+        };
+        let id = (Arc::clone(&item.key), chunk.range.start, chunk.range.end);
+        let unit = match self.units.get(&id) {
+            Some(unit) => Arc::clone(unit),
+            None => {
+                let unit = Arc::new(Unit::new(
+                    Arc::clone(&item.key),
+                    Some(chunk.range.clone()),
+                    trace_id,
+                ));
+                self.units.insert(id.clone(), Arc::clone(&unit));
+                self.order.push_back(id.clone());
+                while self.units.len() > MAX_KEPT {
+                    self.evict_oldest();
+                }
+                unit
+            }
+        };
+        if chunk.last_use {
+            self.units.remove(&id);
+        }
+        if self.order.len() > 2 * MAX_KEPT {
+            let units = &self.units;
+            self.order.retain(|id| units.contains_key(id));
+        }
+        unit
+    }
+
+    fn evict_oldest(&mut self) {
+        while let Some(id) = self.order.pop_front() {
+            if self.units.remove(&id).is_some() {
+                return;
+            }
+        }
+    }
+
+    /// Let go of every kept chunk: items already admitted keep theirs alive; later ones
+    /// fetch them again.
+    pub(crate) fn clear(&mut self) {
+        self.units.clear();
+        self.order.clear();
+    }
+}
+
+/// An item's bytes and its members', by name.
+pub(crate) type CutItem = (Bytes, Vec<(Arc<str>, Bytes)>);
+
+/// The bytes an item needs, cut out of its unit: its own and its members'.
+pub(crate) fn cut_item(
+    unit: &Unit,
+    cx: &FetchContext,
+    bytes: &Bytes,
+    range: &Option<Range<u64>>,
+    members: &[Member],
+) -> Result<CutItem, Arc<Error>> {
+    let main = match range {
+        Some(r) => unit.cut(cx, bytes, r)?,
+        None => bytes.clone(),
+    };
+    let members = members
+        .iter()
+        .map(|m| Ok((Arc::clone(&m.name), unit.cut(cx, bytes, &m.range)?)))
+        .collect::<Result<Vec<_>, Arc<Error>>>()?;
+    Ok((main, members))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranged(key: &str, r: Range<u64>) -> WorkItem {
+        WorkItem {
+            key: key.into(),
+            range: Some(r),
+            ..WorkItem::default()
+        }
+    }
+
+    #[test]
+    fn neighbours_of_one_object_share_a_request_others_do_not() {
+        let mut items = vec![
+            ranged("a", 0..100),
+            ranged("a", 150..200),   // gap 50
+            ranged("a", 1000..1100), // gap 800: a new run
+            ranged("b", 1100..1200), // another object
+            WorkItem::object(0, "c"),
+            ranged("c", 0..10),
+        ];
+        coalesce(&mut items, 64, 1 << 20);
+        let chunks: Vec<Option<Chunk>> = items.iter().map(|i| i.chunk.clone()).collect();
+        let shared = Chunk {
+            range: 0..200,
+            last_use: false,
+        };
+        assert_eq!(chunks[0], Some(shared.clone()));
+        assert_eq!(
+            chunks[1],
+            Some(Chunk {
+                last_use: true,
+                ..shared
+            })
+        );
+        assert!(chunks[2..].iter().all(Option::is_none), "{chunks:?}");
+    }
+
+    #[test]
+    fn a_run_stops_at_the_size_limit() {
+        let mut items: Vec<WorkItem> = (0..10).map(|i| ranged("a", i * 10..i * 10 + 10)).collect();
+        coalesce(&mut items, 0, 30);
+        let spans: Vec<_> = items
+            .iter()
+            .map(|i| i.chunk.as_ref().map(|c| c.range.clone()))
+            .collect();
+        assert_eq!(spans[0], Some(0..30));
+        assert_eq!(spans[3], Some(30..60));
+        assert_eq!(spans[9], None, "a run of one needs no chunk");
+    }
+
+    #[test]
+    fn a_chunk_is_one_unit_until_its_last_use() {
+        let mut kept = KeptChunks::default();
+        let item = |last_use| WorkItem {
+            chunk: Some(Chunk {
+                range: 0..100,
+                last_use,
+            }),
+            ..ranged("a", 0..10)
+        };
+        let first = kept.unit_for(&item(false), (0, 0));
+        let last = kept.unit_for(&item(true), (1, 1));
+        assert!(Arc::ptr_eq(&first, &last));
+        let again = kept.unit_for(&item(false), (2, 2));
+        assert!(
+            !Arc::ptr_eq(&first, &again),
+            "after its last use a chunk is fetched anew"
+        );
+    }
+}
