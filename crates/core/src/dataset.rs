@@ -600,10 +600,10 @@ fn is_image(key: &str) -> bool {
 
 /// Run an async dataset read to completion on a fresh current-thread runtime in a scoped
 /// thread: safe to call from inside another runtime, where `block_on` would panic.
-fn block_on_own_thread<'a, F, Fut>(make: F) -> Result<Dataset>
+pub(crate) fn block_on_own_thread<'a, T: Send, F, Fut>(make: F) -> Result<T>
 where
     F: FnOnce() -> Fut + Send + 'a,
-    Fut: Future<Output = Result<Dataset>>,
+    Fut: Future<Output = Result<T>>,
 {
     std::thread::scope(|scope| {
         std::thread::Builder::new()

@@ -117,6 +117,47 @@ impl DatasetSpec {
         Ok(out)
     }
 
+    /// Write the dataset as `shards` WebDataset tar shards `shard-000000.tar`, ... under
+    /// `root` (written with the `tar` crate, ustar headers): image `i` is the members
+    /// `{i:06}.jpg` and `{i:06}.cls` (its label as text), consecutive images in one shard.
+    /// Returns each image with its shard's key, in dataset order.
+    pub fn write_shards(&self, root: &Path, shards: usize) -> io::Result<Vec<DatasetItem>> {
+        std::fs::create_dir_all(root)?;
+        let shards = shards.clamp(1, self.images.max(1));
+        let per = self.images.div_ceil(shards);
+        let mut out = Vec::with_capacity(self.images);
+        for s in 0..shards {
+            let key = format!("shard-{s:06}.tar");
+            let mut tar =
+                tar::Builder::new(io::BufWriter::new(std::fs::File::create(root.join(&key))?));
+            for index in s * per..((s + 1) * per).min(self.images) {
+                let (_, label) = self.item(index);
+                let bytes = self.encode(index)?;
+                for (suffix, data) in [
+                    ("jpg", bytes.as_slice()),
+                    ("cls", label.to_string().as_bytes()),
+                ] {
+                    let mut header = tar::Header::new_ustar();
+                    header.set_size(data.len() as u64);
+                    header.set_mode(0o644);
+                    header.set_mtime(1_700_000_000);
+                    header.set_entry_type(tar::EntryType::Regular);
+                    tar.append_data(&mut header, format!("{index:06}.{suffix}"), data)?;
+                }
+                out.push(DatasetItem {
+                    key: key.clone(),
+                    label,
+                    size: bytes.len() as u64,
+                });
+            }
+            tar.into_inner()?
+                .into_inner()
+                .map_err(|e| e.into_error())?
+                .sync_all()?;
+        }
+        Ok(out)
+    }
+
     /// Write the dataset under `root` in ImageFolder layout.
     pub fn write(&self, root: &Path) -> io::Result<Vec<DatasetItem>> {
         (0..self.images)

@@ -1,5 +1,486 @@
-//! WebDataset tar shards: shard lists, the tar index, grouping members into samples.
+//! WebDataset tar shards as a dataset: shard lists (brace ranges or a prefix of `.tar`
+//! files), the shard index, and WebDataset's grouping of members into samples.
+//!
+//! ```
+//! use loader_core::webdataset::WebDataset;
+//! use loader_core::{DataLoader, from_url};
+//!
+//! # fn main() -> loader_core::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! loader_testkit::DatasetSpec::tiny(12, 3).write_shards(dir.path(), 2).unwrap();
+//! let url = format!("{}/shard-{{000000..000001}}.tar", dir.path().display());
+//! let (store, dataset) = WebDataset::new().load_url_blocking(&url, Vec::<(String, String)>::new())?;
+//! assert_eq!(dataset.len(), 12);
+//! assert_eq!(dataset.shards().len(), 2);
+//!
+//! let loader = DataLoader::builder(store, dataset).batch_size(4).shuffle(true).build()?;
+//! let mut labels = 0;
+//! for batch in loader {
+//!     labels += batch?.labels.len();
+//! }
+//! assert_eq!(labels, 12);
+//! # Ok(())
+//! # }
+//! ```
 
+mod braces;
 mod error;
+mod group;
+mod index;
+mod tar;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{DynStorage, ErrorKind, ObjectMeta, Storage};
+
+pub use braces::expand as expand_braces;
 pub use error::ShardError;
+pub use group::IndexedSample;
+pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex, default_cache_dir, write_atomically};
+
+use crate::dataset::{Item, Member, ShardLayout};
+use crate::error::DatasetError;
+use crate::{Dataset, Error, Result};
+
+/// Where a sample's label comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelSource {
+    /// An integer in the member with this suffix (WebDataset's `.cls`).
+    Integer(String),
+    /// A class name in the member with this suffix, mapped through `classes`.
+    ClassName {
+        /// The suffix, e.g. `txt`.
+        suffix: String,
+        /// The class names; a sample's label is its name's index.
+        classes: Vec<String>,
+    },
+    /// No label: every sample is labelled -1.
+    None,
+}
+
+/// Called as shards are indexed: (shards done, shards in all).
+pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// How WebDataset shards become a [`Dataset`].
+#[derive(Clone)]
+pub struct WebDataset {
+    image_suffixes: Vec<String>,
+    label: LabelSource,
+    chunk_bytes: u64,
+    cache_dir: Option<PathBuf>,
+    sidecars: bool,
+    concurrency: usize,
+    scan_block: u64,
+    progress: Option<Progress>,
+}
+
+impl std::fmt::Debug for WebDataset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebDataset")
+            .field("image_suffixes", &self.image_suffixes)
+            .field("label", &self.label)
+            .field("chunk_bytes", &self.chunk_bytes)
+            .field("cache_dir", &self.cache_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for WebDataset {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Default of [`WebDataset::chunk_bytes`]: large enough that a request's round trip is a
+/// small part of its transfer, small enough that a shuffle buffer of a few chunks is cheap.
+pub const DEFAULT_CHUNK_BYTES: u64 = 4 << 20;
+
+impl WebDataset {
+    /// Images from `.jpg`, `.jpeg` or `.png`, labels from `.cls`, 4 MiB chunks, indexes
+    /// cached under [`default_cache_dir`], 8 shards indexed at a time.
+    pub fn new() -> Self {
+        Self {
+            image_suffixes: ["jpg", "jpeg", "png"].map(String::from).to_vec(),
+            label: LabelSource::Integer("cls".into()),
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            cache_dir: default_cache_dir(),
+            sidecars: true,
+            concurrency: 8,
+            scan_block: 8 << 20,
+            progress: None,
+        }
+    }
+
+    /// The suffixes of the image member, tried in this order (exact, lowercase), e.g.
+    /// `["input.jpg"]` for members named `0001.input.jpg`.
+    pub fn image_suffixes<S: Into<String>>(
+        mut self,
+        suffixes: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.image_suffixes = suffixes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Where labels come from (default: the integer in `.cls`).
+    pub fn label(mut self, label: LabelSource) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// Samples read together in one request in shard-local order, at least this many bytes
+    /// (a sample larger than it is a chunk of its own).
+    pub fn chunk_bytes(mut self, bytes: u64) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
+    }
+
+    /// Keep built indexes in `dir` (`None`: nowhere, every run scans the shards).
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+
+    /// Whether to look for sidecar indexes next to the shards (default yes).
+    pub fn sidecars(mut self, use_them: bool) -> Self {
+        self.sidecars = use_them;
+        self
+    }
+
+    /// Shards indexed at the same time.
+    pub fn concurrency(mut self, shards: usize) -> Self {
+        self.concurrency = shards.max(1);
+        self
+    }
+
+    /// Report indexing progress.
+    pub fn progress(mut self, progress: Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The dataset in the shards named by `url`: a brace list or one `.tar`
+    /// (`s3://bucket/train-{000000..000127}.tar`), or a prefix holding `.tar` files.
+    pub async fn load_url(
+        &self,
+        url: &str,
+        options: impl IntoIterator<Item = (impl AsRef<str>, impl Into<String>)>,
+    ) -> Result<(DynStorage, Dataset)> {
+        let (root, shards) = split_url(url)?;
+        let store = loader_storage::from_url(&root, options)?;
+        let metas = match shards {
+            Some(keys) => self.heads(&store, &keys).await?,
+            None => list_shards(&*store, "").await?,
+        };
+        let dataset = self.load_metas(&store, metas).await?;
+        Ok((store, dataset))
+    }
+
+    /// [`WebDataset::load_url`] for synchronous callers.
+    pub fn load_url_blocking(
+        &self,
+        url: &str,
+        options: impl IntoIterator<Item = (impl AsRef<str>, impl Into<String>)> + Send,
+    ) -> Result<(DynStorage, Dataset)> {
+        crate::dataset::block_on_own_thread(|| self.load_url(url, options))
+    }
+
+    /// The dataset in `shards` (keys of `store`).
+    pub async fn load(&self, store: &DynStorage, shards: &[String]) -> Result<Dataset> {
+        let metas = self.heads(store, shards).await?;
+        self.load_metas(store, metas).await
+    }
+
+    /// [`WebDataset::load`] for synchronous callers.
+    pub fn load_blocking(&self, store: &DynStorage, shards: &[String]) -> Result<Dataset> {
+        crate::dataset::block_on_own_thread(|| self.load(store, shards))
+    }
+
+    async fn heads(&self, store: &DynStorage, keys: &[String]) -> Result<Vec<ObjectMeta>> {
+        let retried = RetryStore::new(&**store, RetryConfig::default());
+        let retried = &retried;
+        futures::stream::iter(keys)
+            .map(|k| async move { retried.head(k).await })
+            .buffered(self.concurrency * 4)
+            .try_collect()
+            .await
+            .map_err(Error::from)
+    }
+
+    /// The dataset in the shards `metas` describe (size and version, from a listing or
+    /// HEAD), in that order.
+    pub async fn load_metas(&self, store: &DynStorage, metas: Vec<ObjectMeta>) -> Result<Dataset> {
+        let total = metas.len();
+        let done = &std::sync::atomic::AtomicUsize::new(0);
+        let indexes: Vec<ShardIndex> = futures::stream::iter(metas)
+            .map(|meta| async move {
+                let index = self.index(store, &meta).await;
+                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if let Some(progress) = &self.progress {
+                    progress(n, total);
+                }
+                index
+            })
+            .buffered(self.concurrency)
+            .try_collect()
+            .await?;
+        self.dataset(store.name(), indexes)
+    }
+
+    /// The index of the shard `meta` describes: its sidecar, else the cached one, else
+    /// built by scanning the shard (and then cached). A stale one is never used.
+    pub async fn index(&self, store: &DynStorage, meta: &ObjectMeta) -> Result<ShardIndex> {
+        if self.sidecars {
+            let sidecar = format!("{}{SIDECAR_SUFFIX}", meta.key);
+            match RetryStore::new(&**store, RetryConfig::default())
+                .get(&sidecar)
+                .await
+            {
+                Ok(bytes) => {
+                    if let Some(index) = ShardIndex::parse(&bytes).filter(|i| i.is_fresh_for(meta))
+                    {
+                        return Ok(index);
+                    }
+                }
+                // No sidecar is the common case; an unreadable one is rebuilt locally.
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(_) => {}
+            }
+        }
+        let cached = self
+            .cache_dir
+            .as_ref()
+            .map(|dir| index::cache_path(dir, store.name(), &meta.key));
+        if let Some(path) = &cached
+            && let Some(index) = index::read_cached(path).filter(|i| i.is_fresh_for(meta))
+        {
+            return Ok(index);
+        }
+        let index = self.scan(store, meta).await?;
+        if let Some(path) = &cached {
+            // A cache that cannot be written (a read-only home) costs the next run a scan,
+            // nothing else.
+            let _ = write_atomically(path, &index.to_json());
+        }
+        Ok(index)
+    }
+
+    /// Build a shard's index by reading its headers (the whole shard, in large blocks).
+    pub async fn scan(&self, store: &DynStorage, meta: &ObjectMeta) -> Result<ShardIndex> {
+        let (store, key, size, block) = (
+            Arc::clone(store),
+            meta.key.clone(),
+            meta.size,
+            self.scan_block,
+        );
+        let runtime = tokio::runtime::Handle::current();
+        let shard_error = |offset, problem| ShardError::Corrupt {
+            shard: meta.key.clone(),
+            store: store.name().to_owned(),
+            offset,
+            problem,
+        };
+        let scanned = {
+            let (store, key) = (Arc::clone(&store), key.clone());
+            tokio::task::spawn_blocking(move || {
+                let retried = RetryStore::new(&*store, RetryConfig::default());
+                tar::scan_object(&retried, &key, size, block, &runtime)
+            })
+            .await
+        };
+        let members = match scanned {
+            Ok(Ok(members)) => members,
+            Ok(Err(tar::ScanError::Storage(e))) => return Err(e.into()),
+            Ok(Err(tar::ScanError::Corrupt { offset, problem })) => {
+                return Err(DatasetError::from(shard_error(offset, problem)).into());
+            }
+            Err(_) => return Err(DatasetError::Panicked.into()),
+        };
+        let samples = group::group(members).map_err(|e| {
+            DatasetError::from(ShardError::Sample {
+                shard: key.clone(),
+                store: store.name().to_owned(),
+                key: e.key,
+                offset: e.offset,
+                problem: e.problem,
+            })
+        })?;
+        Ok(ShardIndex {
+            format: INDEX_FORMAT.into(),
+            shard: key,
+            size,
+            version: meta.version.clone(),
+            samples,
+        })
+    }
+
+    /// Items, labels and chunks from the shards' indexes.
+    fn dataset(&self, store: &str, indexes: Vec<ShardIndex>) -> Result<Dataset> {
+        let mut items = Vec::new();
+        let mut layouts = Vec::with_capacity(indexes.len());
+        for index in &indexes {
+            let key: Arc<str> = index.shard.as_str().into();
+            let first = items.len();
+            for sample in &index.samples {
+                items.push(self.item(store, &key, sample)?);
+            }
+            layouts.push(ShardLayout {
+                key,
+                chunks: self.chunks(&items[first..], first),
+            });
+        }
+        let classes = match &self.label {
+            LabelSource::ClassName { classes, .. } => classes.clone(),
+            _ => Vec::new(),
+        };
+        Dataset::from_shards(items, classes, layouts)
+    }
+
+    /// Consecutive samples in runs of at least `chunk_bytes`.
+    fn chunks(&self, items: &[Item], first: usize) -> Vec<std::ops::Range<usize>> {
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        let mut from = None;
+        for (i, item) in items.iter().enumerate() {
+            let span = crate::dataset::to_work(item).span().unwrap_or(0..0);
+            let begin = *from.get_or_insert(span.start);
+            if span.end.saturating_sub(begin) >= self.chunk_bytes {
+                chunks.push(first + start..first + i + 1);
+                start = i + 1;
+                from = None;
+            }
+        }
+        if start < items.len() {
+            chunks.push(first + start..first + items.len());
+        }
+        chunks
+    }
+
+    fn item(&self, store: &str, shard: &Arc<str>, sample: &IndexedSample) -> Result<Item> {
+        let bad = |problem: String| -> Error {
+            DatasetError::from(ShardError::Sample {
+                shard: shard.to_string(),
+                store: store.to_owned(),
+                key: sample.key.clone(),
+                offset: sample.offset,
+                problem,
+            })
+            .into()
+        };
+        let suffixes = || {
+            sample
+                .members
+                .iter()
+                .map(|(s, _, _)| format!(".{s}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let image = self
+            .image_suffixes
+            .iter()
+            .find_map(|want| sample.members.iter().position(|(s, _, _)| s == want))
+            .ok_or_else(|| {
+                bad(format!(
+                    "no image member (looked for .{}); it has {}",
+                    self.image_suffixes.join(", ."),
+                    suffixes()
+                ))
+            })?;
+        let text = |suffix: &str| {
+            let has = sample.members.iter().any(|(s, _, _)| s == suffix);
+            match sample.texts.iter().find(|(s, _)| s == suffix) {
+                Some((_, t)) => Ok(t.trim()),
+                None if has => Err(bad(format!(
+                    "its .{suffix} member is not short UTF-8 text, so it cannot be a label"
+                ))),
+                None => Err(bad(format!(
+                    "no .{suffix} member for its label; it has {}",
+                    suffixes()
+                ))),
+            }
+        };
+        let label = match &self.label {
+            LabelSource::None => -1,
+            LabelSource::Integer(suffix) => {
+                let t = text(suffix)?;
+                t.parse::<i64>()
+                    .map_err(|_| bad(format!("its .{suffix} member holds {t:?}, not an integer")))?
+            }
+            LabelSource::ClassName { suffix, classes } => {
+                let t = text(suffix)?;
+                classes.iter().position(|c| c == t).ok_or_else(|| {
+                    bad(format!(
+                        "class {t:?} is not one of the {} classes given",
+                        classes.len()
+                    ))
+                })? as i64
+            }
+        };
+        let (_, data, size) = &sample.members[image];
+        let members: Vec<Member> = sample
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != image)
+            .map(|(_, (s, d, n))| Member {
+                name: s.as_str().into(),
+                range: *d..d + n,
+            })
+            .collect();
+        Ok(Item {
+            key: Arc::clone(shard),
+            range: Some(*data..data + size),
+            label,
+            name: Some(sample.key.as_str().into()),
+            members: members.into(),
+        })
+    }
+}
+
+/// Split a shard URL into the store's root and the shard keys, or `None` for "every
+/// `.tar` under the root". Braces may stand anywhere after the last `/` before the first
+/// brace: `s3://b/train-{000..009}.tar`, `/data/{a,b}/x.tar`.
+pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
+    let cut = match url.find('{') {
+        Some(brace) => url[..brace].rfind('/'),
+        None if is_tar(url) => url.rfind('/'),
+        None => return Ok((url.trim_end_matches('/').to_owned(), None)),
+    };
+    let (root, pattern) = match cut {
+        Some(i) => (url[..i].to_owned(), &url[i + 1..]),
+        None => (".".to_owned(), url),
+    };
+    let keys = braces::expand(pattern)
+        .map_err(|problem| DatasetError::from(ShardError::List(url.to_owned(), problem)))?;
+    Ok((if root.is_empty() { "/".into() } else { root }, Some(keys)))
+}
+
+/// Whether `url` names shards (a brace list or a `.tar`) rather than a prefix.
+pub fn is_shard_url(url: &str) -> bool {
+    url.contains('{') || is_tar(url)
+}
+
+fn is_tar(name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".tar")
+}
+
+/// The `.tar` objects under `prefix`, sorted by key (retried as dataset listings are).
+pub async fn list_shards(store: &dyn Storage, prefix: &str) -> Result<Vec<ObjectMeta>> {
+    let mut shards: Vec<ObjectMeta> = RetryStore::new(store, RetryConfig::default())
+        .list_all(prefix)
+        .await?
+        .into_iter()
+        .filter(|m| is_tar(&m.key))
+        .collect();
+    if shards.is_empty() {
+        return Err(DatasetError::from(ShardError::List(
+            format!("{}/{prefix}", store.name()),
+            "no .tar files there".into(),
+        ))
+        .into());
+    }
+    shards.sort();
+    Ok(shards)
+}

@@ -1,0 +1,118 @@
+//! A shard's index: its samples' members and where they are, kept so later runs (and every
+//! rank on a node) start without reading the shards again.
+//!
+//! Kept in three places, tried in order: a sidecar `<shard>.idx.json` next to the shard
+//! (written by `loader index`, uploaded with the shards), a local cache directory, and
+//! else built by scanning the shard. An index names the shard's size and version (ETag or
+//! modification time): when either differs from the shard's, it is stale and rebuilt.
+
+use std::path::{Path, PathBuf};
+
+use loader_storage::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::group::IndexedSample;
+
+/// The format tag of an index file; a file with another one is not ours (or too new).
+pub const INDEX_FORMAT: &str = "loader-webdataset-index/1";
+
+/// The suffix of a sidecar index next to its shard: `train-000.tar.idx.json`.
+pub const SIDECAR_SUFFIX: &str = ".idx.json";
+
+/// The index of one shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardIndex {
+    /// [`INDEX_FORMAT`].
+    pub format: String,
+    /// The shard's key.
+    pub shard: String,
+    /// Its size when indexed.
+    pub size: u64,
+    /// Its version (ETag, mtime) when indexed, if the store has one.
+    pub version: Option<String>,
+    /// Its samples, in order.
+    pub samples: Vec<IndexedSample>,
+}
+
+impl ShardIndex {
+    /// Whether this index describes the shard as `meta` describes it now. A version the
+    /// index or the store lacks is not compared (the size still is).
+    pub fn is_fresh_for(&self, meta: &ObjectMeta) -> bool {
+        self.format == INDEX_FORMAT
+            && self.size == meta.size
+            && match (&self.version, &meta.version) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+
+    /// Parse an index file; `None` if it is not one of ours.
+    pub fn parse(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice::<Self>(bytes)
+            .ok()
+            .filter(|i| i.format == INDEX_FORMAT)
+    }
+
+    /// The index as JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Plain data: serialising it cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The default cache directory: `$LOADER_CACHE_DIR`, else `$XDG_CACHE_HOME/loader`, else
+/// `~/.cache/loader`; `None` when none is set.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let var = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("LOADER_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("loader")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache").join("loader")))
+}
+
+/// Where the cached index of `shard` on the store named `store` lives under `dir`: one
+/// file per shard, named by a hash of the store and key (keys may hold any character).
+pub(crate) fn cache_path(dir: &Path, store: &str, shard: &str) -> PathBuf {
+    // FNV-1a, written out: the name must not change with a dependency or Rust version.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in store.bytes().chain([0]).chain(shard.bytes()) {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let stem: String = shard
+        .rsplit('/')
+        .next()
+        .unwrap_or("shard")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(64)
+        .collect();
+    dir.join("webdataset-index")
+        .join(format!("{stem}-{hash:016x}.json"))
+}
+
+/// Read a cached index, if there is a readable one.
+pub(crate) fn read_cached(path: &Path) -> Option<ShardIndex> {
+    ShardIndex::parse(&std::fs::read(path).ok()?)
+}
+
+/// Write `index` to `path` atomically (a temporary file renamed into place), so a reader
+/// never sees half of one and two ranks writing the same index do not corrupt it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.{}.{:x}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("index"),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
