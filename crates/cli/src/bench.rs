@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::decoder::SampleData;
-use loader_core::{DataLoader, Dataset, DynStorage, Pipeline, SampleKey, from_url};
+use loader_core::webdataset::WebDataset;
+use loader_core::{DataLoader, Dataset, DynStorage, Pipeline, SampleKey, ShardOrder, from_url};
 use loader_testkit::{DelayProxy, S3Server};
 
 use crate::report::{Cell, Report};
@@ -28,6 +29,14 @@ pub struct Args {
     /// Leave out the local-disk row.
     #[arg(long)]
     no_local: bool,
+    /// How the dataset is stored, comma-separated: `files` (an object per image),
+    /// `shards-local` (WebDataset shards, shard-local shuffled order), `shards-global`
+    /// (shards, a global permutation: a ranged GET per image).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "files")]
+    formats: Vec<Format>,
+    /// Images per shard for the shard formats.
+    #[arg(long, default_value_t = 256)]
+    shard_images: usize,
     /// Strategies to compare, comma-separated.
     #[arg(
         long,
@@ -79,6 +88,41 @@ pub struct Args {
     json: bool,
 }
 
+/// How the benchmark's dataset is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// One object per image, read in order.
+    Files,
+    /// WebDataset shards, shuffled in shard-local order.
+    ShardsLocal,
+    /// WebDataset shards, one global permutation.
+    ShardsGlobal,
+}
+
+impl Format {
+    /// The bucket holding this format's data.
+    fn bucket(self) -> &'static str {
+        match self {
+            Format::Files => "bench",
+            Format::ShardsLocal | Format::ShardsGlobal => "shards",
+        }
+    }
+}
+
+/// Peak resident memory of this process since the last reset, in MB (Linux).
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Start measuring peak memory afresh (Linux: writing 5 to clear_refs resets VmHWM).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 /// User + system CPU time of this process (loader and in-process server together).
 fn cpu_time() -> Duration {
     loader_core::process_cpu_time().unwrap_or_default()
@@ -106,7 +150,23 @@ pub fn main(args: Args) -> Result {
     });
     let bucket_dir = root.join("bench");
     let marker = root.join(".complete");
-    if args.endpoint.is_none() && !marker.exists() {
+    let files = args.formats.contains(&Format::Files);
+    let sharded = args.formats.iter().any(|f| *f != Format::Files);
+    let shard_dir = root.join("shards");
+    let shard_marker = root.join(format!(".shards-{}-complete", args.shard_images));
+    if args.endpoint.is_none() && sharded && !shard_marker.exists() {
+        eprintln!(
+            "generating {} images as shards in {} ...",
+            args.dataset.images,
+            shard_dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&shard_dir);
+        let spec = args.dataset.spec();
+        let shards = args.dataset.images.div_ceil(args.shard_images.max(1));
+        gen_data::write_shards(&spec, &shard_dir, shards, !args.json)?;
+        std::fs::write(&shard_marker, b"")?;
+    }
+    if args.endpoint.is_none() && files && !marker.exists() {
         eprintln!(
             "generating {} images in {} ...",
             args.dataset.images,
@@ -123,15 +183,20 @@ pub fn main(args: Args) -> Result {
     } else {
         None
     };
-    let mut rows: Vec<(String, Option<u64>, DynStorage, Option<DelayProxy>)> = Vec::new();
+    // Each row opens a store per bucket (format).
+    type Open = Box<dyn Fn(&str) -> Result<DynStorage>>;
+    let mut rows: Vec<(String, Option<u64>, Open, Option<DelayProxy>)> = Vec::new();
     if !args.no_local && args.endpoint.is_none() {
+        let root = root.clone();
         rows.push((
             "local disk".into(),
             None,
-            from_url(
-                &bucket_dir.to_string_lossy(),
-                Vec::<(String, String)>::new(),
-            )?,
+            Box::new(move |bucket: &str| {
+                Ok(from_url(
+                    &root.join(bucket).to_string_lossy(),
+                    Vec::<(String, String)>::new(),
+                )?)
+            }),
             None,
         ));
     }
@@ -149,16 +214,19 @@ pub fn main(args: Args) -> Result {
                 let endpoint = proxy
                     .as_ref()
                     .map_or_else(|| server.endpoint(), DelayProxy::url);
-                (
-                    from_url("s3://bench", server.options_for(&endpoint))?,
-                    proxy,
-                )
+                let options = server.options_for(&endpoint);
+                let open: Open = Box::new(move |bucket: &str| {
+                    Ok(from_url(&format!("s3://{bucket}"), options.clone())?)
+                });
+                (open, proxy)
             }
             (None, Some(endpoint)) => {
                 let url = format!("s3://{}", args.bucket.as_deref().unwrap_or_default());
                 let mut options = run::parse_options(&args.options)?;
                 options.push(("aws_endpoint".into(), endpoint.clone()));
-                (from_url(&url, options)?, None)
+                // An external endpoint holds one dataset, at --bucket.
+                let open: Open = Box::new(move |_: &str| Ok(from_url(&url, options.clone())?));
+                (open, None)
             }
             (None, None) => unreachable!("either the in-process server or an endpoint"),
         };
@@ -167,18 +235,31 @@ pub fn main(args: Args) -> Result {
     let Some((_, _, first, _)) = rows.first() else {
         return Err("no rows: give --rtts or drop --no-local".into());
     };
-    let dataset = Dataset::image_folder_blocking(&**first)?;
-    eprintln!(
-        "{} images in {} classes",
-        dataset.len(),
-        dataset.classes().len()
-    );
+    let mut datasets = Vec::new();
+    for &format in &args.formats {
+        let store = first(format.bucket())?;
+        let dataset = match format {
+            Format::Files => Dataset::image_folder_blocking(&*store)?,
+            _ => {
+                let shards: Vec<String> =
+                    (0..args.dataset.images.div_ceil(args.shard_images.max(1)))
+                        .map(|s| format!("shard-{s:06}.tar"))
+                        .collect();
+                WebDataset::new().load_blocking(&store, &shards)?
+            }
+        };
+        eprintln!("{format:?}: {} images", dataset.len());
+        datasets.push((format, dataset));
+    }
+    let Some((_, dataset)) = datasets.first() else {
+        return Err("--formats lists no format".into());
+    };
 
     // The one-core pipeline speed moves 10-20% with the load of this shared machine, so it
     // is measured before the first cell and after each, and each cell's efficiency is
     // taken against the mean of the two measurements beside it: a ratio measured side by
     // side, as the machine was at the time.
-    let probe = CeilingProbe::new(&rows[0].2, &dataset)?;
+    let probe = CeilingProbe::new(&first(args.formats[0].bucket())?, dataset)?;
     let mut ceilings = vec![probe.measure()?];
     eprintln!(
         "evaluation pipeline alone on one core: {:.0} images/s",
@@ -188,32 +269,43 @@ pub fn main(args: Args) -> Result {
     let workers = args.workers.unwrap_or(cores);
     let decode_threads = args.decode_threads.unwrap_or(cores);
     let mut cells = Vec::new();
-    for (row, rtt, store, _proxy) in &rows {
-        for &strategy in &args.strategies {
-            let concurrency = match strategy {
-                Strategy::Sequential => workers,
-                Strategy::Threads => args.threads,
-                Strategy::Async => args.max_in_flight,
-            };
-            let fetch = run::fetch(
-                strategy,
-                args.max_in_flight,
-                if strategy == Strategy::Sequential {
-                    workers
-                } else {
-                    args.threads
-                },
-            );
-            let loader = DataLoader::builder(Arc::clone(store), dataset.clone())
-                .batch_size(args.batch_size)
-                .fetch(fetch)
-                .decode_threads(decode_threads)
-                .prefetch(4)
-                .transform(Pipeline::imagenet_eval())
-                .build()?;
-            let cell = measure(loader, row, *rtt, strategy, concurrency, &args, !args.json)?;
-            cells.push(cell);
-            ceilings.push(probe.measure()?);
+    for (row, rtt, open, _proxy) in &rows {
+        for (format, dataset) in &datasets {
+            let store = open(format.bucket())?;
+            for &strategy in &args.strategies {
+                let concurrency = match strategy {
+                    Strategy::Sequential => workers,
+                    Strategy::Threads => args.threads,
+                    Strategy::Async => args.max_in_flight,
+                };
+                let fetch = run::fetch(
+                    strategy,
+                    args.max_in_flight,
+                    if strategy == Strategy::Sequential {
+                        workers
+                    } else {
+                        args.threads
+                    },
+                );
+                let loader = DataLoader::builder(Arc::clone(&store), dataset.clone())
+                    .batch_size(args.batch_size)
+                    .fetch(fetch)
+                    .decode_threads(decode_threads)
+                    .prefetch(4)
+                    .shuffle(*format != Format::Files)
+                    .shard_order(if *format == Format::ShardsGlobal {
+                        ShardOrder::Global
+                    } else {
+                        ShardOrder::Local
+                    })
+                    .transform(Pipeline::imagenet_eval())
+                    .build()?;
+                let mut cell =
+                    measure(loader, row, *rtt, strategy, concurrency, &args, !args.json)?;
+                cell.format = *format;
+                cells.push(cell);
+                ceilings.push(probe.measure()?);
+            }
         }
     }
     drop(rows);
@@ -246,7 +338,11 @@ impl CeilingProbe {
         let bytes = runtime.block_on(async {
             let mut out = Vec::new();
             for item in dataset.items().iter().take(100) {
-                out.push(store.get(&item.key).await?.to_vec());
+                let bytes = match &item.range {
+                    Some(range) => store.get_range(&item.key, range.clone()).await?,
+                    None => store.get(&item.key).await?,
+                };
+                out.push(bytes.to_vec());
             }
             Ok::<_, loader_core::storage::Error>(out)
         })?;
@@ -309,9 +405,15 @@ fn measure(
         Duration::from_secs_f64(args.warmup),
     );
     // The clock, the CPU time and the bytes fetched when the warm-up ended.
-    let fetched = |loader: &DataLoader| loader.metrics().map_or(0, |m| m.summary().bytes);
+    let fetched = |loader: &DataLoader| {
+        loader.metrics().map_or((0, 0), |m| {
+            let s = m.summary();
+            (s.bytes, s.fetch.count)
+        })
+    };
     let begun = Instant::now();
-    let mut clock = (warmup.is_zero()).then(|| (Instant::now(), cpu_time(), 0));
+    reset_peak_rss();
+    let mut clock = (warmup.is_zero()).then(|| (Instant::now(), cpu_time(), (0, 0)));
     let mut images = 0usize;
     'cells: loop {
         while let Some(batch) = loader.next() {
@@ -344,7 +446,11 @@ fn measure(
     let fetched = summary
         .as_ref()
         .map_or(0, |s| s.bytes)
-        .saturating_sub(fetched_before);
+        .saturating_sub(fetched_before.0);
+    let gets = summary
+        .as_ref()
+        .map_or(0, |s| s.fetch.count)
+        .saturating_sub(fetched_before.1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Ok(Cell {
         row: row.to_owned(),
@@ -359,5 +465,8 @@ fn measure(
         wait_p50_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p50)),
         wait_p99_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p99)),
         bottleneck: summary.map(|s| s.bottleneck()).unwrap_or_default(),
+        format: Format::Files,
+        gets_per_image: gets as f64 / images.max(1) as f64,
+        peak_rss_mb: peak_rss_mb(),
     })
 }

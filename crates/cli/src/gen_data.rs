@@ -44,11 +44,18 @@ pub struct Args {
     dir: PathBuf,
     #[command(flatten)]
     data: DataArgs,
+    /// Write N WebDataset tar shards (`shard-000000.tar`, ...: `{i}.jpg` and `{i}.cls`
+    /// members) with their sidecar indexes instead of class folders.
+    #[arg(long, value_name = "N")]
+    shards: Option<usize>,
 }
 
 pub fn main(args: Args) -> Result {
     let spec = args.data.spec();
-    let items = write(&spec, &args.dir, true)?;
+    let items = match args.shards {
+        Some(shards) => write_shards(&spec, &args.dir, shards, true)?,
+        None => write(&spec, &args.dir, true)?,
+    };
     let bytes: u64 = items.iter().map(|i| i.size).sum();
     println!(
         "wrote {} images in {} classes to {} ({:.1} MB, {:.0} KB per image)",
@@ -77,33 +84,71 @@ pub fn write(spec: &DatasetSpec, dir: &Path, progress: bool) -> Result<Vec<Datas
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let items = parallel(spec.images, &bar, |index| {
+        let (key, label) = spec.item(index);
+        let path = dir.join(&key);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let bytes = spec.encode(index)?;
+        std::fs::write(&path, &bytes)?;
+        Ok(DatasetItem {
+            key,
+            label,
+            size: bytes.len() as u64,
+        })
+    });
+    bar.finish_and_clear();
+    Ok(items?)
+}
+
+/// Write `spec` as `shards` WebDataset shards under `dir`, a shard per core at a time, and
+/// their sidecar indexes (`shard-000000.tar.idx.json`), so readers need not scan them.
+pub fn write_shards(
+    spec: &DatasetSpec,
+    dir: &Path,
+    shards: usize,
+    progress: bool,
+) -> Result<Vec<DatasetItem>> {
+    if spec.classes == 0 || spec.images == 0 || shards == 0 {
+        return Err("--images, --classes and --shards must be at least 1".into());
+    }
+    let count = spec.shard_count(shards);
+    let bar = if progress {
+        ProgressBar::new(count as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("generating {bar:30} {pos}/{len} shards, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let parts = parallel(count, &bar, |shard| spec.write_shard(dir, shard, shards));
+    bar.finish_and_clear();
+    let parts = parts?;
+    crate::index::write_sidecars(&dir.to_string_lossy(), &[], None, false)?;
+    Ok(parts.into_iter().flatten().collect())
+}
+
+/// `work(i)` for every `i` in `0..count` on every core, ticking `bar`; the results in order.
+fn parallel<T: Send>(
+    count: usize,
+    bar: &ProgressBar,
+    work: impl Fn(usize) -> std::io::Result<T> + Sync,
+) -> std::io::Result<Vec<T>> {
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let results: Vec<std::io::Result<Vec<(usize, DatasetItem)>>> = std::thread::scope(|scope| {
+    let results: Vec<std::io::Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        if index >= spec.images {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= count {
                             return Ok(mine);
                         }
-                        let (key, label) = spec.item(index);
-                        let path = dir.join(&key);
-                        if let Some(parent) = path.parent() {
-                            std::fs::create_dir_all(parent)?;
-                        }
-                        let bytes = spec.encode(index)?;
-                        std::fs::write(&path, &bytes)?;
-                        mine.push((
-                            index,
-                            DatasetItem {
-                                key,
-                                label,
-                                size: bytes.len() as u64,
-                            },
-                        ));
+                        mine.push((i, work(i)?));
                         bar.inc(1);
                     }
                 })
@@ -117,11 +162,10 @@ pub fn write(spec: &DatasetSpec, dir: &Path, progress: bool) -> Result<Vec<Datas
             })
             .collect()
     });
-    bar.finish_and_clear();
-    let mut items = Vec::with_capacity(spec.images);
+    let mut all = Vec::with_capacity(count);
     for part in results {
-        items.extend(part?);
+        all.extend(part?);
     }
-    items.sort_by_key(|(i, _)| *i);
-    Ok(items.into_iter().map(|(_, item)| item).collect())
+    all.sort_by_key(|(i, _)| *i);
+    Ok(all.into_iter().map(|(_, t)| t).collect())
 }

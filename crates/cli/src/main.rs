@@ -2,6 +2,7 @@
 
 mod bench;
 mod gen_data;
+mod index;
 mod report;
 mod run;
 mod serve;
@@ -21,8 +22,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Write a synthetic ImageNet-like dataset (class folders of JPEGs).
+    /// Write a synthetic ImageNet-like dataset (class folders of JPEGs, or tar shards).
     Gen(gen_data::Args),
+    /// Build the index of WebDataset shards ahead of time, as sidecar files.
+    Index(index::Args),
     /// Serve a directory over the in-process S3 or HTTP server, optionally with added RTT.
     Serve(serve::Args),
     /// Iterate a dataset at a URL and report throughput and the bottleneck stage.
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Gen(args) => gen_data::main(args),
+        Command::Index(args) => index::main(args),
         Command::Serve(args) => serve::main(args),
         Command::Run(args) => run::main(args),
         Command::Bench(args) => bench::main(args),

@@ -35,6 +35,12 @@ pub struct Cell {
     pub wait_p99_ms: f64,
     /// The engine's bottleneck line.
     pub bottleneck: String,
+    /// How the dataset was stored.
+    pub format: crate::bench::Format,
+    /// Storage requests per image delivered.
+    pub gets_per_image: f64,
+    /// Peak resident memory of the process (loader and in-process server) during the cell.
+    pub peak_rss_mb: Option<f64>,
 }
 
 /// A cell with the ratios that need the other cells.
@@ -82,16 +88,16 @@ impl Report {
         batch_size: usize,
         command: String,
     ) -> Self {
-        let rate = |row: &str, strategy: Strategy| {
+        let rate = |row: &str, format: crate::bench::Format, strategy: Strategy| {
             cells
                 .iter()
-                .find(|c| c.row == row && c.strategy == strategy)
+                .find(|c| c.row == row && c.strategy == strategy && c.format == format)
                 .map(|c| c.images_per_sec)
         };
-        let at_zero = |strategy: Strategy| {
+        let at_zero = |format: crate::bench::Format, strategy: Strategy| {
             cells
                 .iter()
-                .find(|c| c.rtt_ms == Some(0) && c.strategy == strategy)
+                .find(|c| c.rtt_ms == Some(0) && c.strategy == strategy && c.format == format)
                 .map(|c| c.images_per_sec)
         };
         let ceiling = median(&ceilings);
@@ -103,11 +109,11 @@ impl Report {
             .iter()
             .enumerate()
             .map(|(i, c)| Derived {
-                speedup_over_sequential: rate(&c.row, Strategy::Sequential)
+                speedup_over_sequential: rate(&c.row, c.format, Strategy::Sequential)
                     .map(|s| c.images_per_sec / s.max(1e-9)),
                 latency_hiding: c
                     .rtt_ms
-                    .and(at_zero(c.strategy))
+                    .and(at_zero(c.format, c.strategy))
                     .map(|z| c.images_per_sec / z.max(1e-9)),
                 one_core_images_per_sec: beside(i),
                 efficiency: c.images_per_sec / (cores as f64 * beside(i)).max(1e-9),
@@ -141,24 +147,30 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "| storage | strategy | img/s | MB/s | CPU ms/img | wait p50 ms | wait p99 ms | vs sequential | latency hiding | 1-core img/s | efficiency |"
+            "| storage | format | strategy | img/s | MB/s | GET/img | CPU ms/img | peak RSS MB | wait p50 ms | wait p99 ms | vs sequential | latency hiding | 1-core img/s | efficiency |"
         );
         let _ = writeln!(
             out,
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}x"));
         for d in &self.cells {
             let c = &d.cell;
             let _ = writeln!(
                 out,
-                "| {} | {} ({}) | {:.0} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {} | {:.0} | {:.0}% |",
+                "| {} | {} | {} ({}) | {:.0} | {:.1} | {:.3} | {:.2} | {} | {:.1} | {:.1} | {} | {} | {:.0} | {:.0}% |",
                 c.row,
+                serde_json::to_value(c.format)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
                 format!("{:?}", c.strategy).to_lowercase(),
                 c.concurrency,
                 c.images_per_sec,
                 c.mb_per_sec,
+                c.gets_per_image,
                 c.cpu_ms_per_image,
+                c.peak_rss_mb.map_or("–".to_owned(), |m| format!("{m:.0}")),
                 c.wait_p50_ms,
                 c.wait_p99_ms,
                 ratio(d.speedup_over_sequential),

@@ -3,15 +3,24 @@
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::{DataLoader, Dataset, ErrorPolicy, Fetch, Pipeline, StorageExt, from_url};
+use loader_core::webdataset::{WebDataset, is_shard_url, list_shards, split_url};
+use loader_core::{
+    DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, Pipeline, ShardOrder, StorageExt, from_url,
+};
 
 use crate::{Result, Strategy};
 
 /// Arguments of `loader run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Dataset URL: s3://bucket/prefix, http(s)://host/prefix, file:///dir or a path.
+    /// Dataset URL: s3://bucket/prefix, http(s)://host/prefix, file:///dir or a path (an
+    /// ImageFolder, or a prefix of WebDataset `.tar` shards), or shards as a brace list:
+    /// s3://bucket/train-{000000..000127}.tar.
     url: String,
+    /// With --shuffle over shards: `local` (shards shuffled, samples within a buffer of
+    /// chunks, few large GETs) or `global` (one permutation, a GET per sample).
+    #[arg(long, value_enum, default_value = "local")]
+    order: ReadOrder,
     /// A manifest key under the URL (CSV `key,label` or JSON lines) instead of listing.
     #[arg(long)]
     manifest: Option<String>,
@@ -50,6 +59,71 @@ pub struct Args {
     json: bool,
 }
 
+/// How shards are shuffled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReadOrder {
+    /// Shard-local order.
+    Local,
+    /// A global permutation.
+    Global,
+}
+
+impl From<ReadOrder> for ShardOrder {
+    fn from(order: ReadOrder) -> Self {
+        match order {
+            ReadOrder::Local => ShardOrder::Local,
+            ReadOrder::Global => ShardOrder::Global,
+        }
+    }
+}
+
+/// The dataset at `url` on `store` (opened at the URL's root): shards named by the URL, a
+/// prefix of `.tar` shards, a manifest, or else an ImageFolder.
+pub fn open_dataset(
+    url: &str,
+    store: &DynStorage,
+    manifest: Option<&str>,
+    progress: bool,
+) -> Result<Dataset> {
+    if let Some(key) = manifest {
+        return Ok(Dataset::manifest_blocking(&**store, key)?);
+    }
+    let bar = if progress {
+        ProgressBar::new(0)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("indexing shards {bar:30} {pos}/{len}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let shown = bar.clone();
+    let wds = WebDataset::new().progress(std::sync::Arc::new(move |done, total| {
+        shown.set_length(total as u64);
+        shown.set_position(done as u64);
+    }));
+    let shards = if is_shard_url(url) {
+        Some(split_url(url)?.1)
+    } else {
+        // A prefix of shards, or an ImageFolder: tell them apart by a `.tar` at the top.
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()
+            .and_then(|rt| rt.block_on(list_shards(&**store, "")).ok())
+            .map(|metas| Some(metas.into_iter().map(|m| m.key).collect()))
+    };
+    let dataset = match shards {
+        Some(keys) => {
+            let keys: Vec<String> = keys.unwrap_or_default();
+            wds.load_blocking(store, &keys)?
+        }
+        None => Dataset::image_folder_blocking(&**store)?,
+    };
+    bar.finish_and_clear();
+    Ok(dataset)
+}
+
 /// Split `key=value` options.
 pub fn parse_options(options: &[String]) -> Result<Vec<(String, String)>> {
     options
@@ -75,14 +149,16 @@ pub fn main(args: Args) -> Result {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     // Retries and timeouts are the loader's defaults (and the dataset reads' own); the
     // metrics layer underneath counts every attempt.
-    let store = from_url(&args.url, parse_options(&args.options)?)?.with_metrics();
+    let root = if is_shard_url(&args.url) {
+        split_url(&args.url)?.0
+    } else {
+        args.url.clone()
+    };
+    let store = from_url(&root, parse_options(&args.options)?)?.with_metrics();
     let requests = store.metrics();
     let store = store.into_dyn();
     let store_name = store.name().to_owned();
-    let dataset = match &args.manifest {
-        Some(key) => Dataset::manifest_blocking(&*store, key)?,
-        None => Dataset::image_folder_blocking(&*store)?,
-    };
+    let dataset = open_dataset(&args.url, &store, args.manifest.as_deref(), !args.json)?;
     eprintln!(
         "{} samples, {} classes at {}",
         dataset.len(),
@@ -105,6 +181,8 @@ pub fn main(args: Args) -> Result {
     let mut loader = builder
         .batch_size(args.batch_size)
         .shuffle(args.shuffle)
+        .shard_order(args.order.into())
+        .epochs(args.epochs)
         .fetch(fetch(args.fetch, args.max_in_flight, workers))
         .decode_threads(args.decode_threads.unwrap_or(cores))
         .prefetch(4)

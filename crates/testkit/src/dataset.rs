@@ -122,39 +122,57 @@ impl DatasetSpec {
     /// `{i:06}.jpg` and `{i:06}.cls` (its label as text), consecutive images in one shard.
     /// Returns each image with its shard's key, in dataset order.
     pub fn write_shards(&self, root: &Path, shards: usize) -> io::Result<Vec<DatasetItem>> {
-        std::fs::create_dir_all(root)?;
-        let shards = shards.clamp(1, self.images.max(1));
-        let per = self.images.div_ceil(shards);
         let mut out = Vec::with_capacity(self.images);
-        for s in 0..shards {
-            let key = format!("shard-{s:06}.tar");
-            let mut tar =
-                tar::Builder::new(io::BufWriter::new(std::fs::File::create(root.join(&key))?));
-            for index in s * per..((s + 1) * per).min(self.images) {
-                let (_, label) = self.item(index);
-                let bytes = self.encode(index)?;
-                for (suffix, data) in [
-                    ("jpg", bytes.as_slice()),
-                    ("cls", label.to_string().as_bytes()),
-                ] {
-                    let mut header = tar::Header::new_ustar();
-                    header.set_size(data.len() as u64);
-                    header.set_mode(0o644);
-                    header.set_mtime(1_700_000_000);
-                    header.set_entry_type(tar::EntryType::Regular);
-                    tar.append_data(&mut header, format!("{index:06}.{suffix}"), data)?;
-                }
-                out.push(DatasetItem {
-                    key: key.clone(),
-                    label,
-                    size: bytes.len() as u64,
-                });
-            }
-            tar.into_inner()?
-                .into_inner()
-                .map_err(|e| e.into_error())?
-                .sync_all()?;
+        for s in 0..self.shard_count(shards) {
+            out.extend(self.write_shard(root, s, shards)?);
         }
+        Ok(out)
+    }
+
+    /// How many shards [`DatasetSpec::write_shards`] writes when asked for `shards`.
+    pub fn shard_count(&self, shards: usize) -> usize {
+        let per = self.images.div_ceil(shards.clamp(1, self.images.max(1)));
+        self.images.div_ceil(per.max(1))
+    }
+
+    /// Shard `shard` of the `shards` that [`DatasetSpec::write_shards`] writes, alone (to
+    /// write shards in parallel).
+    pub fn write_shard(
+        &self,
+        root: &Path,
+        shard: usize,
+        shards: usize,
+    ) -> io::Result<Vec<DatasetItem>> {
+        std::fs::create_dir_all(root)?;
+        let per = self.images.div_ceil(shards.clamp(1, self.images.max(1)));
+        let key = format!("shard-{shard:06}.tar");
+        let mut out = Vec::with_capacity(per);
+        let mut tar =
+            tar::Builder::new(io::BufWriter::new(std::fs::File::create(root.join(&key))?));
+        for index in shard * per..((shard + 1) * per).min(self.images) {
+            let (_, label) = self.item(index);
+            let bytes = self.encode(index)?;
+            for (suffix, data) in [
+                ("jpg", bytes.as_slice()),
+                ("cls", label.to_string().as_bytes()),
+            ] {
+                let mut header = tar::Header::new_ustar();
+                header.set_size(data.len() as u64);
+                header.set_mode(0o644);
+                header.set_mtime(1_700_000_000);
+                header.set_entry_type(tar::EntryType::Regular);
+                tar.append_data(&mut header, format!("{index:06}.{suffix}"), data)?;
+            }
+            out.push(DatasetItem {
+                key: key.clone(),
+                label,
+                size: bytes.len() as u64,
+            });
+        }
+        tar.into_inner()?
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()?;
         Ok(out)
     }
 

@@ -168,12 +168,7 @@ impl WebDataset {
         url: &str,
         options: impl IntoIterator<Item = (impl AsRef<str>, impl Into<String>)>,
     ) -> Result<(DynStorage, Dataset)> {
-        let (root, shards) = split_url(url)?;
-        let store = loader_storage::from_url(&root, options)?;
-        let metas = match shards {
-            Some(keys) => self.heads(&store, &keys).await?,
-            None => list_shards(&*store, "").await?,
-        };
+        let (store, metas) = self.resolve_url(url, options).await?;
         let dataset = self.load_metas(&store, metas).await?;
         Ok((store, dataset))
     }
@@ -212,9 +207,20 @@ impl WebDataset {
     /// The dataset in the shards `metas` describe (size and version, from a listing or
     /// HEAD), in that order.
     pub async fn load_metas(&self, store: &DynStorage, metas: Vec<ObjectMeta>) -> Result<Dataset> {
+        let indexes = self.indexes(store, metas).await?;
+        self.dataset(store.name(), indexes)
+    }
+
+    /// The index of every shard `metas` describe, in that order, [`WebDataset::concurrency`]
+    /// at a time, reporting progress.
+    pub async fn indexes(
+        &self,
+        store: &DynStorage,
+        metas: Vec<ObjectMeta>,
+    ) -> Result<Vec<ShardIndex>> {
         let total = metas.len();
         let done = &std::sync::atomic::AtomicUsize::new(0);
-        let indexes: Vec<ShardIndex> = futures::stream::iter(metas)
+        futures::stream::iter(metas)
             .map(|meta| async move {
                 let index = self.index(store, &meta).await;
                 let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -225,8 +231,32 @@ impl WebDataset {
             })
             .buffered(self.concurrency)
             .try_collect()
-            .await?;
-        self.dataset(store.name(), indexes)
+            .await
+    }
+
+    /// The shards `url` names (see [`WebDataset::load_url`]): the store at its root and
+    /// each shard's size and version.
+    pub async fn resolve_url(
+        &self,
+        url: &str,
+        options: impl IntoIterator<Item = (impl AsRef<str>, impl Into<String>)>,
+    ) -> Result<(DynStorage, Vec<ObjectMeta>)> {
+        let (root, shards) = split_url(url)?;
+        let store = loader_storage::from_url(&root, options)?;
+        let metas = self.resolve(&store, shards).await?;
+        Ok((store, metas))
+    }
+
+    /// The metadata of `shards` on `store`, or of every `.tar` on it when `None`.
+    pub async fn resolve(
+        &self,
+        store: &DynStorage,
+        shards: Option<Vec<String>>,
+    ) -> Result<Vec<ObjectMeta>> {
+        match shards {
+            Some(keys) => self.heads(store, &keys).await,
+            None => list_shards(&**store, "").await,
+        }
     }
 
     /// The index of the shard `meta` describes: its sidecar, else the cached one, else
