@@ -79,9 +79,12 @@ pub struct Dataset {
 pub enum ManifestFormat {
     /// `key,label` per line, RFC 4180 quoting (a key holding a comma is quoted), a UTF-8
     /// BOM allowed, `#` comment lines. A first row is a header only if it names the columns:
-    /// `key`, `path` or `file`, and `label` or `class` (any case, either order).
+    /// `key`, `path` or `file`, and `label` or `class` (any case, any order), and optionally
+    /// `offset` and `length` for samples packed in larger files (a sample is then that
+    /// byte range of its object).
     Csv,
-    /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"`.
+    /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"`, with
+    /// optional `"offset"` and `"length"` for a byte range.
     JsonLines,
 }
 
@@ -368,7 +371,7 @@ impl Dataset {
 
     /// Items with their labels: integers as they are, names as indices into `classes`.
     fn label(
-        lines: Vec<(usize, String, Label)>,
+        lines: Vec<(usize, RowKey, Label)>,
         classes: Vec<String>,
         named: bool,
     ) -> Result<Self> {
@@ -380,8 +383,8 @@ impl Dataset {
         let items = lines
             .iter()
             .map(|(_, key, label)| Item {
-                key: key.as_str().into(),
-                range: None,
+                key: key.key.as_str().into(),
+                range: key.range.clone(),
                 name: None,
                 members: Arc::default(),
                 label: match label {
@@ -421,13 +424,14 @@ async fn read_manifest(
 /// Duplicate keys, and labels of both kinds (integers and class names): one kind per
 /// manifest, so a typo in one integer label cannot silently turn every label into a class
 /// name and remap them all. The line named is the first of the rarer kind.
-fn check_kinds(lines: &[(usize, String, Label)]) -> Result<()> {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
+fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
+    // A packed file's key comes back with other ranges: a sample is (key, range).
+    let mut seen: HashMap<&RowKey, usize> = HashMap::new();
     for (line, key, _) in lines {
-        if let Some(first) = seen.insert(key.as_str(), *line) {
+        if let Some(first) = seen.insert(key, *line) {
             return Err(line_error(
                 *line,
-                format!("key {key:?} was already listed on line {first}"),
+                format!("key {key} was already listed on line {first}"),
             ));
         }
     }
@@ -468,6 +472,38 @@ enum Label {
     Name(String),
 }
 
+/// A manifest row's object and, for packed files, the sample's bytes in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RowKey {
+    key: String,
+    range: Option<Range<u64>>,
+}
+
+impl std::fmt::Display for RowKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.key)?;
+        if let Some(r) = &self.range {
+            write!(f, " bytes {}..{}", r.start, r.end)?;
+        }
+        Ok(())
+    }
+}
+
+/// A row's byte range from its offset and length fields, both given or neither.
+fn range_of(
+    offset: Option<u64>,
+    length: Option<u64>,
+) -> std::result::Result<Option<Range<u64>>, String> {
+    match (offset, length) {
+        (None, None) => Ok(None),
+        (Some(o), Some(l)) => o
+            .checked_add(l)
+            .map(|end| Some(o..end))
+            .ok_or_else(|| "offset + length overflows".to_owned()),
+        _ => Err("give both offset and length, or neither".into()),
+    }
+}
+
 impl Label {
     fn text(&self) -> String {
         match self {
@@ -478,7 +514,7 @@ impl Label {
 }
 
 /// (line number, key, label) of every data line.
-fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, String, Label)>> {
+fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, RowKey, Label)>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let out = match format {
         ManifestFormat::Csv => parse_csv(text)?,
@@ -499,7 +535,7 @@ fn label_of(text: &str) -> Option<Label> {
     }
 }
 
-fn parse_csv(text: &str) -> Result<Vec<(usize, String, Label)>> {
+fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -507,8 +543,12 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, String, Label)>> {
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
     let mut out = Vec::new();
-    // (key column, label column): from a header, or key first.
-    let mut columns = (0, 1);
+    // Columns from a header, or key first then label.
+    let mut columns = Columns {
+        key: 0,
+        label: 1,
+        range: None,
+    };
     let mut first = true;
     for record in reader.records() {
         let record = record.map_err(|e| {
@@ -522,46 +562,83 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, String, Label)>> {
         }
         let shown = fields.join(",");
         let bad = |why: String| line_error(line, format!("{why}: {shown:?}"));
-        if fields.len() != 2 {
-            return Err(bad(format!(
-                "expected key,label (2 fields) but found {}; quote a key that holds a comma",
-                fields.len()
-            )));
-        }
         if std::mem::take(&mut first)
-            && let Some(header) = header_columns(fields[0], fields[1])
+            && let Some(header) = header_columns(&fields)
         {
             columns = header;
             continue;
         }
-        let (key, label) = (fields[columns.0], fields[columns.1]);
+        let want = if columns.range.is_some() { 4 } else { 2 };
+        if fields.len() != want {
+            return Err(bad(format!(
+                "expected {} ({want} fields) but found {}; quote a key that holds a comma",
+                if want == 4 {
+                    "key,label,offset,length"
+                } else {
+                    "key,label"
+                },
+                fields.len()
+            )));
+        }
+        let (key, label) = (fields[columns.key], fields[columns.label]);
         let label = label_of(label).ok_or_else(|| bad("the label is empty".into()))?;
         if let Some(problem) = loader_storage::key_problem(key) {
             return Err(bad(problem.to_owned()));
         }
-        out.push((line, key.to_owned(), label));
+        let range = match columns.range {
+            Some((o, l)) => {
+                let number = |i: usize, name: &str| {
+                    fields[i]
+                        .parse::<u64>()
+                        .map_err(|_| bad(format!("the {name} is not a whole number")))
+                };
+                range_of(Some(number(o, "offset")?), Some(number(l, "length")?)).map_err(bad)?
+            }
+            None => None,
+        };
+        out.push((
+            line,
+            RowKey {
+                key: key.to_owned(),
+                range,
+            },
+            label,
+        ));
     }
     Ok(out)
 }
 
-/// The (key, label) columns if a row names them, as a header does.
-fn header_columns(a: &str, b: &str) -> Option<(usize, usize)> {
-    let is_key = |s: &str| {
-        ["key", "path", "file"]
-            .iter()
-            .any(|n| s.eq_ignore_ascii_case(n))
-    };
-    let is_label = |s: &str| ["label", "class"].iter().any(|n| s.eq_ignore_ascii_case(n));
-    if is_key(a) && is_label(b) {
-        Some((0, 1))
-    } else if is_label(a) && is_key(b) {
-        Some((1, 0))
-    } else {
-        None
-    }
+/// Where a CSV manifest's fields are.
+struct Columns {
+    key: usize,
+    label: usize,
+    /// (offset, length), for samples packed in larger files.
+    range: Option<(usize, usize)>,
 }
 
-fn parse_json_lines(text: &str) -> Result<Vec<(usize, String, Label)>> {
+/// The columns if a row names them, as a header does: key (or path, file) and label (or
+/// class), in either order, and optionally offset and length, any case.
+fn header_columns(fields: &[&str]) -> Option<Columns> {
+    let find = |names: &[&str]| {
+        let mut hits = fields
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| names.iter().any(|n| f.eq_ignore_ascii_case(n)));
+        let first = hits.next().map(|(i, _)| i);
+        // A name given twice is not a header we understand.
+        if hits.next().is_some() { None } else { first }
+    };
+    let key = find(&["key", "path", "file"])?;
+    let label = find(&["label", "class"])?;
+    let range = match (find(&["offset"]), find(&["length"])) {
+        (Some(o), Some(l)) => Some((o, l)),
+        _ => None,
+    };
+    let named = 2 + if range.is_some() { 2 } else { 0 };
+    (fields.len() == named).then_some(Columns { key, label, range })
+}
+
+fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -588,7 +665,15 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, String, Label)>> {
         if let Some(problem) = loader_storage::key_problem(&key) {
             return Err(bad(problem.to_owned()));
         }
-        out.push((line, key, label));
+        let number = |name: &str| match value.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| bad(format!("the {name} is not a whole number"))),
+        };
+        let range = range_of(number("offset")?, number("length")?).map_err(bad)?;
+        out.push((line, RowKey { key, range }, label));
     }
     Ok(out)
 }
@@ -809,6 +894,64 @@ mod tests {
             assert!(err.contains(needle), "{text:?}: {err}");
         }
         assert!(Dataset::parse_manifest_with_classes("a,1", ManifestFormat::Csv, &[]).is_err());
+    }
+
+    #[test]
+    fn offset_and_length_columns_make_ranged_samples_of_packed_files() {
+        let csv = "key,label,offset,length\npack.bin,0,0,10\npack.bin,1,10,5\n";
+        let json = "{\"key\":\"pack.bin\",\"label\":0,\"offset\":0,\"length\":10}\n\
+                    {\"key\":\"pack.bin\",\"label\":1,\"offset\":10,\"length\":5}\n";
+        for (text, format) in [
+            (csv, ManifestFormat::Csv),
+            (json, ManifestFormat::JsonLines),
+        ] {
+            let d = Dataset::parse_manifest(text, format).unwrap();
+            let got: Vec<_> = d
+                .items()
+                .iter()
+                .map(|i| (&*i.key, i.range.clone(), i.label))
+                .collect();
+            assert_eq!(
+                got,
+                [("pack.bin", Some(0..10), 0), ("pack.bin", Some(10..15), 1)],
+                "{format:?}"
+            );
+        }
+        // Columns in another order.
+        let d =
+            Dataset::parse_manifest("length,path,class,offset\n4,p,7,100\n", ManifestFormat::Csv)
+                .unwrap();
+        assert_eq!(
+            (d.items()[0].range.clone(), d.items()[0].label),
+            (Some(100..104), 7)
+        );
+        for (text, format, needle) in [
+            (
+                "key,label,offset,length\np,0,0,10\np,1,0,10\n",
+                ManifestFormat::Csv,
+                "line 3: key \"p\" bytes 0..10 was already listed on line 2",
+            ),
+            (
+                "key,label,offset,length\np,0,x,10\n",
+                ManifestFormat::Csv,
+                "line 2: the offset is not a whole number",
+            ),
+            (
+                "key,label,offset,length\np,0,10\n",
+                ManifestFormat::Csv,
+                "line 2: expected key,label,offset,length (4 fields)",
+            ),
+            (
+                "{\"key\":\"p\",\"label\":0,\"offset\":3}\n",
+                ManifestFormat::JsonLines,
+                "line 1: give both offset and length",
+            ),
+        ] {
+            let err = Dataset::parse_manifest(text, format)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -412,3 +412,59 @@ fn image_folder_follows_torchvision() {
         .to_string();
     assert!(err.contains("c_empty"), "{err}");
 }
+
+/// A manifest with offset and length columns: samples packed in one file, each read (and
+/// coalesced with its neighbours) as its own byte range, in every strategy.
+#[test]
+fn a_manifest_with_offsets_reads_samples_packed_in_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut packed = Vec::new();
+    let mut manifest = String::from("key,label,offset,length\n");
+    for i in 0..40u64 {
+        let text = format!("sample {i} ").repeat(1 + i as usize % 5);
+        manifest.push_str(&format!(
+            "pack.bin,{},{},{}\n",
+            i % 4,
+            packed.len(),
+            text.len()
+        ));
+        packed.extend_from_slice(text.as_bytes());
+    }
+    std::fs::write(dir.path().join("pack.bin"), &packed).unwrap();
+    std::fs::write(dir.path().join("m.csv"), manifest).unwrap();
+    let store = from_url(
+        &dir.path().to_string_lossy(),
+        Vec::<(String, String)>::new(),
+    )
+    .unwrap();
+    let dataset = Dataset::manifest_blocking(&*store, "m.csv").unwrap();
+    for fetch in [
+        Fetch::Async { max_in_flight: 8 },
+        Fetch::Threads { threads: 3 },
+        Fetch::Sequential { workers: 2 },
+    ] {
+        let loader = DataLoader::builder(Arc::clone(&store), dataset.clone())
+            .map(
+                |bytes: bytes::Bytes, info: &loader_core::SampleInfo| {
+                    let text = String::from_utf8(bytes.to_vec())?;
+                    assert!(
+                        text.starts_with(&format!("sample {} ", info.index)),
+                        "{info}: {text:?}"
+                    );
+                    assert_eq!(info.label, info.index as i64 % 4);
+                    Ok(info.index)
+                },
+                |raw: loader_core::RawBatch<u64>| {
+                    Ok(raw.samples.into_iter().map(|(_, i)| i).collect::<Vec<_>>())
+                },
+            )
+            .batch_size(6)
+            .shuffle(true)
+            .fetch(fetch)
+            .build()
+            .unwrap();
+        let mut seen: Vec<u64> = loader.flat_map(|b| b.unwrap()).collect();
+        seen.sort();
+        assert_eq!(seen, (0..40).collect::<Vec<_>>(), "{fetch:?}");
+    }
+}
