@@ -1,6 +1,6 @@
 //! Arbitrary text as a CSV or JSON-lines manifest, with and without a known class list:
 //! any input gives a dataset or an error naming a line, never a panic. A parsed dataset
-//! keeps its promises: valid keys, no duplicates, labels inside the class list.
+//! keeps its promises: valid keys, no duplicate (key, range), labels inside the class list.
 #![no_main]
 
 use std::collections::HashSet;
@@ -32,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
             let mut keys = HashSet::new();
             for item in dataset.items() {
                 assert!(loader_core::storage::key_problem(&item.key).is_none());
-                assert!(keys.insert(item.key.clone()), "duplicate key {:?}", item.key);
+                // Packed files list one key with many ranges: a sample is (key, range).
+                let sample = (item.key.clone(), item.range.clone());
+                assert!(keys.insert(sample), "duplicate sample {:?} {:?}", item.key, item.range);
                 if !dataset.classes().is_empty() {
                     assert!((0..dataset.classes().len() as i64).contains(&item.label));
                 }

@@ -285,3 +285,27 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// HTTP cannot list, and needs not: a brace list names the shards, HEAD gives their sizes,
+/// ranged GETs read them (the testkit's HTTP server is tower-http's file server).
+#[test]
+fn shards_over_plain_http_from_a_brace_list() {
+    let dir = tempfile::tempdir().unwrap();
+    DatasetSpec::tiny(40, 4)
+        .write_shards(dir.path(), 2)
+        .unwrap();
+    let server = loader_testkit::HttpServer::start(dir.path()).unwrap();
+    let url = format!("{}/shard-{{000000..000001}}.tar", server.url());
+    let (store, dataset) = wds()
+        .load_url_blocking(&url, Vec::<(String, String)>::new())
+        .unwrap();
+    assert_eq!(dataset.len(), 40);
+    let mut loader = labelled(store, dataset)
+        .batch_size(8)
+        .shuffle(true)
+        .build()
+        .unwrap();
+    let mut seen: Vec<u64> = one_pass(&mut loader).iter().map(|(i, _)| *i).collect();
+    seen.sort();
+    assert_eq!(seen, (0..40).collect::<Vec<_>>());
+}

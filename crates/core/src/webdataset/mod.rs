@@ -469,6 +469,39 @@ impl WebDataset {
     }
 }
 
+/// The samples of a tar shard held in memory (`name` names it in errors): its members
+/// grouped as [`WebDataset`] groups them, with their offsets in `bytes`.
+pub fn index_tar(name: &str, bytes: &[u8]) -> std::result::Result<Vec<IndexedSample>, ShardError> {
+    let size = bytes.len() as u64;
+    let mut fetch = |start: u64, end: u64| {
+        Ok(bytes::Bytes::copy_from_slice(
+            &bytes[start as usize..(end.min(size)) as usize],
+        ))
+    };
+    let mut reader = tar::BlockReader::new(&mut fetch, size, 1 << 20);
+    let members = tar::scan(&mut reader, size).map_err(|e| match e {
+        tar::ScanError::Corrupt { offset, problem } => ShardError::Corrupt {
+            shard: name.to_owned(),
+            store: "memory".into(),
+            offset,
+            problem,
+        },
+        tar::ScanError::Storage(e) => ShardError::Corrupt {
+            shard: name.to_owned(),
+            store: "memory".into(),
+            offset: 0,
+            problem: e.to_string(),
+        },
+    })?;
+    group::group(members).map_err(|e| ShardError::Sample {
+        shard: name.to_owned(),
+        store: "memory".into(),
+        key: e.key,
+        offset: e.offset,
+        problem: e.problem,
+    })
+}
+
 /// Split a shard URL into the store's root and the shard keys, or `None` for "every
 /// `.tar` under the root". Braces may stand anywhere after the last `/` before the first
 /// brace: `s3://b/train-{000..009}.tar`, `/data/{a,b}/x.tar`.
