@@ -34,6 +34,9 @@ pub struct Args {
     /// (shards, a global permutation: a ranged GET per image).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "files")]
     formats: Vec<Format>,
+    /// The loader's bound on fetched, undecoded bytes, in MB (default: the loader's).
+    #[arg(long)]
+    max_buffered_mb: Option<u64>,
     /// Images per shard for the shard formats.
     #[arg(long, default_value_t = 256)]
     shard_images: usize,

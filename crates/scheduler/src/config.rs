@@ -71,9 +71,10 @@ pub struct Config {
     pub runtime: Option<tokio::runtime::Handle>,
     /// Record every fetch, CPU stage and batch into this trace.
     pub trace: Option<std::sync::Arc<crate::Trace>>,
-    /// Fetched bytes not yet decoded, at most (requests whose size is known: ranges and
-    /// chunks; a whole object counts once it arrives). A chunk kept for its later samples
-    /// counts until its last one is decoded.
+    /// Fetched bytes not yet decoded, at most, under the `Async` strategy (requests whose
+    /// size is known: ranges and chunks; whole objects are bounded by the item window). A
+    /// chunk kept for its later samples counts until its last one is decoded. The blocking
+    /// strategies are bounded by their threads and the item window instead.
     pub max_buffered_bytes: u64,
     /// Ranged items of one object closer than this (in bytes) are read in one request.
     pub coalesce_gap: u64,

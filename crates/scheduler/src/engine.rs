@@ -85,7 +85,7 @@ impl<T: Send + 'static> Engine<T> {
                 storage,
                 Arc::clone(&metrics),
                 max_in_flight,
-                config.max_buffered_bytes,
+                strategy.budgeted().then_some(config.max_buffered_bytes),
                 config.trace.clone(),
             ),
             stage,

@@ -20,6 +20,10 @@ pub(crate) trait Strategy<T>: Send + Sync {
     fn whole_batches(&self) -> bool {
         false
     }
+    /// Whether its fetches wait for the byte budget (only where waiting blocks no thread).
+    fn budgeted(&self) -> bool {
+        false
+    }
     /// Start the work of admitted `jobs`.
     fn launch(&self, shared: &Arc<Shared<T>>, jobs: Vec<Job>, tasks: &mut JoinSet<()>);
 }
@@ -108,6 +112,9 @@ impl<T: Send + 'static> Strategy<T> for Async {
     }
     fn busy(&self, batch_size: usize) -> usize {
         batch_size + self.max_in_flight + self.decode_threads
+    }
+    fn budgeted(&self) -> bool {
+        true
     }
     fn launch(&self, shared: &Arc<Shared<T>>, jobs: Vec<Job>, tasks: &mut JoinSet<()>) {
         for job in jobs {

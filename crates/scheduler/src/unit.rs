@@ -24,8 +24,11 @@ pub(crate) struct FetchContext {
     pub(crate) metrics: Arc<Metrics>,
     /// Requests in flight, at most.
     pub(crate) in_flight: Arc<Semaphore>,
-    /// Fetched, undecoded bytes, in [`BUDGET_UNIT`]s.
-    pub(crate) budget: Arc<Semaphore>,
+    /// Fetched, undecoded bytes, in [`BUDGET_UNIT`]s; `None` for the blocking strategies.
+    /// Their fetches wait on pool threads, and a job queued behind such a wait may hold the
+    /// very chunk whose bytes would end it: there the threads and the item window bound
+    /// memory instead.
+    pub(crate) budget: Option<Arc<Semaphore>>,
     budget_total: u32,
     /// Raised when a fetch waits for the budget: the driver then lets go of the chunks it
     /// keeps for later items, so a budget full of kept chunks cannot stall the loader.
@@ -38,15 +41,17 @@ impl FetchContext {
         storage: DynStorage,
         metrics: Arc<Metrics>,
         max_in_flight: usize,
-        max_bytes: u64,
+        max_bytes: Option<u64>,
         trace: Option<Arc<crate::Trace>>,
     ) -> Self {
-        let total = u32::try_from(max_bytes.div_ceil(BUDGET_UNIT).max(1)).unwrap_or(u32::MAX);
+        let total = max_bytes.map_or(0, |max| {
+            u32::try_from(max.div_ceil(BUDGET_UNIT).max(1)).unwrap_or(u32::MAX)
+        });
         Self {
             storage,
             metrics,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
-            budget: Arc::new(Semaphore::new(total as usize)),
+            budget: max_bytes.map(|_| Arc::new(Semaphore::new(total as usize))),
             budget_total: total,
             budget_short: Arc::new(Notify::new()),
             trace,
@@ -91,20 +96,20 @@ impl Unit {
     }
 
     async fn fetch(&self, cx: &FetchContext) -> Result<Fetched, Arc<Error>> {
-        let budget = match &self.range {
-            Some(r) => {
+        let budget = match (&self.range, &cx.budget) {
+            (Some(r), Some(budget)) => {
                 let want = ((r.end - r.start).div_ceil(BUDGET_UNIT) as u32).min(cx.budget_total);
-                let permit = match Arc::clone(&cx.budget).try_acquire_many_owned(want) {
+                let permit = match Arc::clone(budget).try_acquire_many_owned(want) {
                     Ok(p) => Ok(p),
                     Err(_) => {
                         cx.budget_short.notify_one();
-                        Arc::clone(&cx.budget).acquire_many_owned(want).await
+                        Arc::clone(budget).acquire_many_owned(want).await
                     }
                 };
                 // Never closed while the engine lives.
                 permit.ok()
             }
-            None => None,
+            _ => None,
         };
         let Ok(_slot) = Arc::clone(&cx.in_flight).acquire_owned().await else {
             return Err(Arc::new(self.error(
