@@ -1,10 +1,14 @@
-//! The loader engine: planned batches of keys in, decoded batches out, in order.
+//! The loader engine: planned batches of samples in, decoded batches out, in order.
 //!
 //! Generic over a [`Storage`](loader_storage::Storage) and a CPU stage
-//! `Fn(Bytes, &SampleInfo) -> Result<T>`, so it knows nothing of images. Three fetch
-//! strategies ([`Fetch`]) reproduce the paper's comparison; `Async` keeps many requests in
-//! flight on a tokio runtime and runs CPU work on a pool of named threads. At most
-//! `prefetch` finished batches wait for the consumer: when it is slow, fetching stops.
+//! `Fn(Bytes, &SampleInfo) -> Result<T>`, so it knows nothing of images. A [`WorkItem`] says
+//! where a sample's bytes are (an object, or a byte range of one) and what it carries (its
+//! label, its members); the engine turns items into fetch units, so one request feeds every
+//! sample of a [`Chunk`] or of neighbouring ranges, cut out with `Bytes::slice`, with
+//! fetched bytes under a byte budget. Three fetch strategies ([`Fetch`]) reproduce the
+//! paper's comparison; `Async` keeps many requests in flight on a tokio runtime and runs
+//! CPU work on a pool of named threads. At most `prefetch` finished batches wait for the
+//! consumer: when it is slow, fetching stops.
 //!
 //! ```
 //! use std::sync::Arc;
