@@ -102,23 +102,20 @@ pub fn open_dataset(
         shown.set_length(total as u64);
         shown.set_position(done as u64);
     }));
-    let shards = if is_shard_url(url) {
-        Some(split_url(url)?.1)
+    let dataset = if is_shard_url(url) {
+        wds.load_blocking(store, &split_url(url)?.1.unwrap_or_default())?
     } else {
         // A prefix of shards, or an ImageFolder: tell them apart by a `.tar` at the top.
-        tokio::runtime::Builder::new_current_thread()
+        // The listing gives the shards' sizes and versions, so no HEAD is needed.
+        let listed = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .ok()
-            .and_then(|rt| rt.block_on(list_shards(&**store, "")).ok())
-            .map(|metas| Some(metas.into_iter().map(|m| m.key).collect()))
-    };
-    let dataset = match shards {
-        Some(keys) => {
-            let keys: Vec<String> = keys.unwrap_or_default();
-            wds.load_blocking(store, &keys)?
+            .and_then(|rt| rt.block_on(list_shards(&**store, "")).ok());
+        match listed {
+            Some(metas) => wds.load_metas_blocking(store, metas)?,
+            None => Dataset::image_folder_blocking(&**store)?,
         }
-        None => Dataset::image_folder_blocking(&**store)?,
     };
     bar.finish_and_clear();
     Ok(dataset)

@@ -211,6 +211,15 @@ impl WebDataset {
         self.dataset(store.name(), indexes)
     }
 
+    /// [`WebDataset::load_metas`] for synchronous callers.
+    pub fn load_metas_blocking(
+        &self,
+        store: &DynStorage,
+        metas: Vec<ObjectMeta>,
+    ) -> Result<Dataset> {
+        crate::dataset::block_on_own_thread(|| self.load_metas(store, metas))
+    }
+
     /// The index of every shard `metas` describe, in that order, [`WebDataset::concurrency`]
     /// at a time, reporting progress.
     pub async fn indexes(
