@@ -37,6 +37,10 @@ pub struct Args {
     /// The loader's bound on fetched, undecoded bytes, in MB (default: the loader's).
     #[arg(long)]
     max_buffered_mb: Option<u64>,
+    /// The loader's bound on decoded images and finished batches, in MB (default: the
+    /// loader's).
+    #[arg(long)]
+    max_decoded_mb: Option<u64>,
     /// Images per shard for the shard formats.
     #[arg(long, default_value_t = 256)]
     shard_images: usize,

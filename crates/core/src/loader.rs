@@ -13,7 +13,7 @@ use loader_sampler::{
 };
 use loader_scheduler::{
     BatchPlan, Chunk, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
-    SampleInfo, Stage, StageError, WorkItem,
+    SampleInfo, Stage, StageError, Weigh, WorkItem,
 };
 use loader_storage::layer::RetryConfig;
 use loader_storage::{DynStorage, StorageExt};
@@ -58,6 +58,7 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     drop_last: bool,
     sampler: Option<Arc<dyn Sampler>>,
     stage: Stage<T>,
+    weigh: Option<Weigh<T>>,
     collate: Collate<T, B>,
     config: Config,
     retry: Option<RetryConfig>,
@@ -77,6 +78,7 @@ pub struct DataLoader<T = Sample, B = Batch> {
     batch_size: usize,
     drop_last: bool,
     stage: Stage<T>,
+    weigh: Option<Weigh<T>>,
     collate: Collate<T, B>,
     config: Config,
     /// What has been delivered: the state to resume from.
@@ -125,6 +127,14 @@ fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Sample, Batch>)
     (Arc::new(stage), Arc::new(collate))
 }
 
+/// The bytes a decoded image holds, for the decoded-bytes bound.
+fn sample_weight() -> Weigh<Sample> {
+    Arc::new(|sample: &Sample| match &sample.data {
+        SampleData::F32(v) => v.len() * 4,
+        SampleData::U8(v) => v.len(),
+    })
+}
+
 impl DataLoader {
     /// Start configuring a loader of `dataset` from `storage`. Defaults as PyTorch's:
     /// batch size 1, no shuffle, seed 0, keep the last short batch; decode to u8 images
@@ -146,6 +156,7 @@ impl DataLoader {
             drop_last: false,
             sampler: None,
             stage,
+            weigh: Some(sample_weight()),
             collate,
             config: Config::default(),
             retry: Some(RetryConfig::default()),
@@ -276,6 +287,16 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// Decoded images and finished batches held for the consumer, in bytes, at most
+    /// (default [`DEFAULT_MAX_DECODED_BYTES`](loader_scheduler::DEFAULT_MAX_DECODED_BYTES));
+    /// past it no new batch starts until the consumer takes one, so the engine holds at
+    /// most this plus one batch. Applies to [`transform`](Self::transform) stages, whose
+    /// samples' sizes the loader knows; a [`map`](Self::map) stage is bounded in items.
+    pub fn max_decoded_bytes(mut self, bytes: u64) -> Self {
+        self.config.max_decoded_bytes = bytes;
+        self
+    }
+
     /// Ranged samples of one object closer than `gap` bytes in the order are read with
     /// one request of at most `max` bytes (defaults 256 KiB and 16 MiB).
     pub fn coalesce(mut self, gap: u64, max: u64) -> Self {
@@ -361,6 +382,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             batch_size: self.batch_size,
             drop_last: self.drop_last,
             stage: self.stage,
+            weigh: self.weigh,
             collate: self.collate,
             config: self.config,
             state: LoaderState::default(),
@@ -378,7 +400,7 @@ impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
         let (stage, collate) = pipeline_stage(pipeline);
-        self.with_stage(stage, collate)
+        self.with_stage(stage, Some(sample_weight()), collate)
     }
 }
 
@@ -390,11 +412,16 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
         collate: impl Fn(RawBatch<U>) -> Result<C> + Send + Sync + 'static,
     ) -> DataLoaderBuilder<U, C> {
-        self.with_stage(Arc::new(stage), Arc::new(collate))
+        self.with_stage(Arc::new(stage), None, Arc::new(collate))
     }
 
     /// The same settings with another CPU stage and collate (and so other types).
-    fn with_stage<U, C>(self, stage: Stage<U>, collate: Collate<U, C>) -> DataLoaderBuilder<U, C> {
+    fn with_stage<U, C>(
+        self,
+        stage: Stage<U>,
+        weigh: Option<Weigh<U>>,
+        collate: Collate<U, C>,
+    ) -> DataLoaderBuilder<U, C> {
         DataLoaderBuilder {
             storage: self.storage,
             dataset: self.dataset,
@@ -404,6 +431,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             drop_last: self.drop_last,
             sampler: self.sampler,
             stage,
+            weigh,
             collate,
             config: self.config,
             retry: self.retry,
@@ -579,9 +607,10 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
             return Ok(false);
         }
         if self.engine.is_none() {
-            let engine = Engine::start(
+            let engine = Engine::start_weighed(
                 Arc::clone(&self.storage),
                 Arc::clone(&self.stage),
+                self.weigh.clone(),
                 self.plans(),
                 &self.config,
             )?;

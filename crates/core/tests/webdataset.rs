@@ -348,3 +348,39 @@ fn a_byte_budget_below_one_chunk_never_stalls_the_loader() {
         assert_eq!(seen, (0..120).collect::<Vec<_>>(), "{fetch:?}");
     }
 }
+
+/// A decoded-bytes bound below one image: batches start one at a time as the consumer takes
+/// them, and the epoch completes exactly, in every strategy.
+#[test]
+fn a_decoded_bytes_bound_below_one_image_only_slows_the_loader() {
+    let dir = tempfile::tempdir().unwrap();
+    DatasetSpec::tiny(90, 3)
+        .write_shards(dir.path(), 3)
+        .unwrap();
+    let store = local(dir.path());
+    let shards: Vec<String> = (0..3).map(|s| format!("shard-{s:06}.tar")).collect();
+    let dataset = wds().load_blocking(&store, &shards).unwrap();
+    for fetch in [
+        loader_core::Fetch::Async { max_in_flight: 16 },
+        loader_core::Fetch::Threads { threads: 4 },
+        loader_core::Fetch::Sequential { workers: 2 },
+    ] {
+        let (store, dataset) = (Arc::clone(&store), dataset.clone());
+        let seen = loader_testkit::watchdog::no_hang(
+            &format!("{fetch:?}, 1-byte decoded bound"),
+            move || {
+                let loader = DataLoader::builder(store, dataset)
+                    .batch_size(8)
+                    .shuffle(true)
+                    .fetch(fetch)
+                    .max_decoded_bytes(1)
+                    .build()
+                    .unwrap();
+                let mut seen: Vec<u64> = loader.flat_map(|b| b.unwrap().indices).collect();
+                seen.sort();
+                seen
+            },
+        );
+        assert_eq!(seen, (0..90).collect::<Vec<_>>(), "{fetch:?}");
+    }
+}

@@ -76,6 +76,11 @@ pub struct Config {
     /// chunk kept for its later samples counts until its last one is decoded. The blocking
     /// strategies are bounded by their threads and the item window instead.
     pub max_buffered_bytes: u64,
+    /// Decoded samples and finished batches not yet handed to the consumer, in bytes, at
+    /// most (when the engine is told what a sample weighs, `Engine::start_weighed`): while
+    /// they exceed it, no new batch is admitted, though the batches already admitted
+    /// complete. A batch handed over (`RawBatch::release_window`) or dropped no longer counts.
+    pub max_decoded_bytes: u64,
     /// Ranged items of one object closer than this (in bytes) are read in one request.
     pub coalesce_gap: u64,
     /// A coalesced request reads at most this many bytes.
@@ -85,6 +90,10 @@ pub struct Config {
 /// Default of [`Config::max_buffered_bytes`]: room for a few shards' worth of 4 MiB chunks
 /// per request in flight, far under a training node's memory.
 pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1 << 30;
+
+/// Default of [`Config::max_decoded_bytes`]: a few batches of ImageNet-sized f32 tensors
+/// (602 KB each) beyond what the item window holds at the default settings.
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = 1 << 30;
 
 /// A refused setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,6 +124,7 @@ impl Default for Config {
             runtime: None,
             trace: None,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
             coalesce_gap: 256 << 10,
             max_coalesced_bytes: 16 << 20,
         }

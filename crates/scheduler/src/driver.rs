@@ -27,6 +27,59 @@ pub(crate) struct Driver<T> {
     results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
     /// The largest plan the window has been sized for so far.
     window_for: usize,
+    decoded: Option<Decoded<T>>,
+}
+
+/// Decoded samples and finished batches not yet handed over, in bytes, against a bound.
+pub(crate) struct Decoded<T> {
+    weigh: crate::engine::Weigh<T>,
+    limit: u64,
+    held: Arc<std::sync::atomic::AtomicU64>,
+    released: Arc<tokio::sync::Notify>,
+}
+
+impl<T> Decoded<T> {
+    pub(crate) fn new(weigh: crate::engine::Weigh<T>, limit: u64) -> Self {
+        Self {
+            weigh,
+            limit,
+            held: Arc::default(),
+            released: Arc::default(),
+        }
+    }
+
+    fn over(&self) -> bool {
+        self.held.load(std::sync::atomic::Ordering::Relaxed) >= self.limit
+    }
+
+    fn add(&self, bytes: u64) {
+        self.held
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn share(&self, bytes: u64) -> DecodedShare {
+        DecodedShare {
+            bytes,
+            held: Arc::clone(&self.held),
+            released: Arc::clone(&self.released),
+        }
+    }
+}
+
+/// A batch's decoded bytes, counted against the bound until it is dropped.
+#[derive(Debug)]
+pub(crate) struct DecodedShare {
+    bytes: u64,
+    held: Arc<std::sync::atomic::AtomicU64>,
+    released: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for DecodedShare {
+    fn drop(&mut self) {
+        self.held
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
+        self.released.notify_one();
+    }
 }
 
 impl<T: Send + 'static> Driver<T> {
@@ -36,6 +89,7 @@ impl<T: Send + 'static> Driver<T> {
         config: &Config,
         out: mpsc::Sender<Output<T>>,
         results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
+        decoded: Option<Decoded<T>>,
     ) -> Self {
         Self {
             shared,
@@ -47,6 +101,7 @@ impl<T: Send + 'static> Driver<T> {
             out,
             results,
             window_for: 0,
+            decoded,
         }
     }
 
@@ -85,12 +140,18 @@ impl<T: Send + 'static> Driver<T> {
         let mut asm = Assembly::default();
         let mut kept = KeptChunks::default();
         let budget_short = Arc::clone(&self.shared.fetch.budget_short);
+        let released = self.decoded.as_ref().map(|d| Arc::clone(&d.released));
         let mut next_seq = 0u64;
         // The plan being admitted and how many of its items are in.
         let mut admitting: Option<(BatchPlan, usize)> = None;
 
         loop {
-            if admitting.is_none() {
+            // Over the decoded-bytes bound, no new batch starts; the admitted ones complete
+            // (holding back their items could leave a batch waiting for ever).
+            let over = admitting.is_none()
+                && !asm.pending.is_empty()
+                && self.decoded.as_ref().is_some_and(Decoded::over);
+            if admitting.is_none() && !over {
                 let barrier = self.order == Order::AsCompleted
                     && plans.peek().is_some_and(|next| {
                         next.as_ref().is_ok_and(|next| {
@@ -137,6 +198,9 @@ impl<T: Send + 'static> Driver<T> {
             tokio::select! {
                 biased;
                 Some((seq, result)) = self.results.recv() => {
+                    if let (Some(decoded), Ok((_, value))) = (&self.decoded, &result) {
+                        decoded.add((decoded.weigh)(value) as u64);
+                    }
                     asm.put(self.order, seq, result);
                     while let Some((pending, items)) = asm.take_front(self.order) {
                         let (n, position) = (pending.len, pending.position);
@@ -173,6 +237,8 @@ impl<T: Send + 'static> Driver<T> {
                 }
                 // A fetch waits for the byte budget: chunks kept for later items give way.
                 () = budget_short.notified() => kept.clear(),
+                // A batch was handed over or dropped: below the bound again, perhaps.
+                () = async { if let Some(r) = &released { r.notified().await } }, if over => {}
                 permit = Arc::clone(&window).acquire_many_owned(want), if want > 0 => {
                     let Ok(permit) = permit else { return };
                     asm.permits.push_back(permit);
@@ -202,6 +268,16 @@ impl<T: Send + 'static> Driver<T> {
         items: Vec<ItemResult<T>>,
         failures: &mut (u64, usize),
     ) -> Output<T> {
+        let weight: u64 = match &self.decoded {
+            Some(d) => items
+                .iter()
+                .filter_map(|i| i.as_ref().ok())
+                .map(|(_, v)| (d.weigh)(v) as u64)
+                .sum(),
+            None => 0,
+        };
+        // Counted from arrival; the batch carries its share, or drops it with its samples.
+        let share = self.decoded.as_ref().map(|d| d.share(weight));
         let mut samples = Vec::with_capacity(items.len());
         let mut skipped = Vec::new();
         for item in items {
@@ -249,6 +325,7 @@ impl<T: Send + 'static> Driver<T> {
             last_in_epoch: plan.last_in_epoch,
             queued_at: Instant::now(),
             permits: Vec::new(),
+            decoded: share,
         })
     }
 }

@@ -27,6 +27,9 @@ pub type Stage<T> = Arc<dyn Fn(Bytes, &SampleInfo) -> Result<T, StageError> + Se
 
 pub(crate) type Output<T> = Result<RawBatch<T>, EngineError>;
 
+/// The bytes a decoded sample holds (its buffers), for the decoded-bytes bound.
+pub type Weigh<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
+
 /// Prefix of every thread the engine starts, so tests (and `top`) can find them.
 pub const THREAD_PREFIX: &str = "loader-";
 
@@ -57,6 +60,18 @@ impl<T: Send + 'static> Engine<T> {
     pub fn start(
         storage: DynStorage,
         stage: Stage<T>,
+        plans: impl Iterator<Item = BatchPlan> + Send + 'static,
+        config: &Config,
+    ) -> Result<Self, EngineError> {
+        Self::start_weighed(storage, stage, None, plans, config)
+    }
+
+    /// [`Engine::start`] with `weigh` telling the bytes a decoded sample holds, so
+    /// [`Config::max_decoded_bytes`] bounds decoded samples and finished batches in bytes.
+    pub fn start_weighed(
+        storage: DynStorage,
+        stage: Stage<T>,
+        weigh: Option<Weigh<T>>,
         plans: impl Iterator<Item = BatchPlan> + Send + 'static,
         config: &Config,
     ) -> Result<Self, EngineError> {
@@ -96,7 +111,9 @@ impl<T: Send + 'static> Engine<T> {
             cancelled,
             trace: config.trace.clone(),
         });
-        let driver = Driver::new(shared, strategy, config, out_tx, results_rx);
+        let decoded =
+            weigh.map(|weigh| crate::driver::Decoded::new(weigh, config.max_decoded_bytes));
+        let driver = Driver::new(shared, strategy, config, out_tx, results_rx, decoded);
         // A panic in the driver (a sampler, a plan iterator, a bug of ours) must reach the
         // consumer as an error: a driver that simply vanished would end the epoch early
         // and look like a normal end.

@@ -197,6 +197,8 @@ pub struct RawBatch<T> {
     pub(crate) queued_at: std::time::Instant,
     /// The engine's window slots of these items, freed when the batch is dropped.
     pub(crate) permits: Vec<tokio::sync::OwnedSemaphorePermit>,
+    /// Its samples' share of the decoded-bytes bound, returned when it is dropped.
+    pub(crate) decoded: Option<crate::driver::DecodedShare>,
 }
 
 impl<T> RawBatch<T> {
@@ -206,6 +208,7 @@ impl<T> RawBatch<T> {
     /// must call this, or the engine stops admitting once its window is full.
     pub fn release_window(&mut self) {
         self.permits.clear();
+        self.decoded = None;
     }
 }
 

@@ -54,8 +54,11 @@ mod trace;
 mod unit;
 mod work;
 
-pub use config::{Config, ConfigError, DEFAULT_MAX_BUFFERED_BYTES, ErrorPolicy, Fetch, Order};
-pub use engine::{Engine, Stage, THREAD_PREFIX, detached_on_drop};
+pub use config::{
+    Config, ConfigError, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_DECODED_BYTES, ErrorPolicy, Fetch,
+    Order,
+};
+pub use engine::{Engine, Stage, THREAD_PREFIX, Weigh, detached_on_drop};
 pub use item::{
     BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
     StageError, WorkItem,

@@ -288,7 +288,7 @@ impl KeptChunks {
 /// An item's bytes and its members', by name.
 pub(crate) type CutItem = (Bytes, Vec<(Arc<str>, Bytes)>);
 
-/// The bytes an item needs, cut out of its unit: its own and its members'.
+/// The bytes an item needs, cut out of its unit: its own (a slice) and its members' (copies).
 pub(crate) fn cut_item(
     unit: &Unit,
     cx: &FetchContext,
@@ -300,9 +300,15 @@ pub(crate) fn cut_item(
         Some(r) => unit.cut(cx, bytes, r)?,
         None => bytes.clone(),
     };
+    // Members are copied out: they ride with the sample to the collate, and a slice would
+    // keep the whole chunk (4 MiB) alive until the last of its samples is collated. The
+    // main bytes stay a slice: the CPU stage drops them as soon as it is done.
     let members = members
         .iter()
-        .map(|m| Ok((Arc::clone(&m.name), unit.cut(cx, bytes, &m.range)?)))
+        .map(|m| {
+            let cut = unit.cut(cx, bytes, &m.range)?;
+            Ok((Arc::clone(&m.name), Bytes::copy_from_slice(&cut)))
+        })
         .collect::<Result<Vec<_>, Arc<Error>>>()?;
     Ok((main, members))
 }
