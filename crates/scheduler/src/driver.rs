@@ -36,6 +36,10 @@ pub(crate) struct Decoded<T> {
     limit: u64,
     held: Arc<std::sync::atomic::AtomicU64>,
     released: Arc<tokio::sync::Notify>,
+    /// Items admitted whose results have not arrived: they will hold about the mean each.
+    coming: u64,
+    /// Samples weighed so far and their total weight, for the mean.
+    weighed: (u64, u64),
 }
 
 impl<T> Decoded<T> {
@@ -45,16 +49,30 @@ impl<T> Decoded<T> {
             limit,
             held: Arc::default(),
             released: Arc::default(),
+            coming: 0,
+            weighed: (0, 0),
         }
     }
 
+    /// Whether what is held, with what the admitted items will add, reaches the bound:
+    /// counting only what has arrived would let the item window admit batches whose samples
+    /// then land far over it.
     fn over(&self) -> bool {
-        self.held.load(std::sync::atomic::Ordering::Relaxed) >= self.limit
+        let mean = self.weighed.1.checked_div(self.weighed.0).unwrap_or(0);
+        self.held.load(std::sync::atomic::Ordering::Relaxed) + self.coming * mean >= self.limit
     }
 
-    fn add(&self, bytes: u64) {
-        self.held
-            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    fn admitted(&mut self, items: usize) {
+        self.coming += items as u64;
+    }
+
+    fn arrived(&mut self, weight: Option<u64>) {
+        self.coming = self.coming.saturating_sub(1);
+        if let Some(bytes) = weight {
+            self.weighed = (self.weighed.0 + 1, self.weighed.1 + bytes);
+            self.held
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     fn share(&self, bytes: u64) -> DecodedShare {
@@ -168,6 +186,9 @@ impl<T: Send + 'static> Driver<T> {
                 } else if let Some(Ok(mut plan)) = next {
                     self.fit_window(&window, plan.items.len());
                     coalesce(&mut plan.items, self.coalesce.0, self.coalesce.1);
+                    if let Some(decoded) = &mut self.decoded {
+                        decoded.admitted(plan.items.len());
+                    }
                     asm.pending.push_back(Pending {
                         epoch: plan.epoch,
                         position: plan.position,
@@ -198,8 +219,9 @@ impl<T: Send + 'static> Driver<T> {
             tokio::select! {
                 biased;
                 Some((seq, result)) = self.results.recv() => {
-                    if let (Some(decoded), Ok((_, value))) = (&self.decoded, &result) {
-                        decoded.add((decoded.weigh)(value) as u64);
+                    if let Some(decoded) = &mut self.decoded {
+                        let weight = result.as_ref().ok().map(|(_, v)| (decoded.weigh)(v) as u64);
+                        decoded.arrived(weight);
                     }
                     asm.put(self.order, seq, result);
                     while let Some((pending, items)) = asm.take_front(self.order) {

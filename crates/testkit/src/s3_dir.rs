@@ -199,7 +199,10 @@ fn md5_of_file(file: &std::fs::File) -> std::io::Result<String> {
         hash.update(&buf[..n]);
         at += n as u64;
     }
-    Ok(hex_simd::encode_to_string(hash.finalize(), hex_simd::AsciiCase::Lower))
+    Ok(hex_simd::encode_to_string(
+        hash.finalize(),
+        hex_simd::AsciiCase::Lower,
+    ))
 }
 
 /// Files up to this size with a cached ETag are read on the async thread.
