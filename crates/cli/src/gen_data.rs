@@ -84,20 +84,7 @@ pub fn write(spec: &DatasetSpec, dir: &Path, progress: bool) -> Result<Vec<Datas
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let items = parallel(spec.images, &bar, |index| {
-        let (key, label) = spec.item(index);
-        let path = dir.join(&key);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        let bytes = spec.encode(index)?;
-        std::fs::write(&path, &bytes)?;
-        Ok(DatasetItem {
-            key,
-            label,
-            size: bytes.len() as u64,
-        })
-    });
+    let items = parallel(spec.images, &bar, |index| spec.write_image(dir, index));
     bar.finish_and_clear();
     Ok(items?)
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::webdataset::{SIDECAR_SUFFIX, WebDataset, split_url, write_atomically};
+use loader_core::webdataset::{Progress, SIDECAR_SUFFIX, WebDataset, split_url, write_atomically};
 
 use crate::{Result, run};
 
@@ -50,24 +50,12 @@ pub fn write_sidecars(
             .into());
         }
     };
-    let bar = if progress {
-        ProgressBar::new(0)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("indexing {bar:30} {pos}/{len} shards, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let shown = bar.clone();
+    let (bar, progress) = indexing_bar(progress);
     // Built from the shards themselves: a sidecar being written must not be read back.
     let wds = WebDataset::new()
         .sidecars(false)
         .cache_dir(None)
-        .progress(Arc::new(move |done, total| {
-            shown.set_length(total as u64);
-            shown.set_position(done as u64);
-        }));
+        .progress(progress);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -81,4 +69,23 @@ pub fn write_sidecars(
         write_atomically(&path, &index.to_json())?;
     }
     Ok(indexes.len())
+}
+
+/// A bar that shows shards being indexed, and the progress callback that drives it.
+pub fn indexing_bar(show: bool) -> (ProgressBar, Progress) {
+    let bar = if show {
+        ProgressBar::new(0)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("indexing shards {bar:30} {pos}/{len}, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let shown = bar.clone();
+    let progress: Progress = Arc::new(move |done, total| {
+        shown.set_length(total as u64);
+        shown.set_position(done as u64);
+    });
+    (bar, progress)
 }

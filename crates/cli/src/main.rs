@@ -46,11 +46,12 @@ pub enum Strategy {
     Async,
 }
 
-/// Where generated data goes by default.
+/// Where generated data goes by default: `$LOADER_CACHE` if set, else the library's cache
+/// directory (the one shard indexes are kept in), else a temporary one.
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("LOADER_CACHE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/loader")))
+        .or_else(loader_core::webdataset::default_cache_dir)
         .unwrap_or_else(|| std::env::temp_dir().join("loader-cache"))
 }
 

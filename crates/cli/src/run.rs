@@ -3,7 +3,8 @@
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::webdataset::{WebDataset, is_shard_url, list_shards, split_url};
+use loader_core::storage::layer::{RetryConfig, RetryStore};
+use loader_core::webdataset::{WebDataset, is_shard_url, shards_of, split_url};
 use loader_core::{
     DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, Pipeline, ShardOrder, StorageExt, from_url,
 };
@@ -88,33 +89,23 @@ pub fn open_dataset(
     if let Some(key) = manifest {
         return Ok(Dataset::manifest_blocking(&**store, key)?);
     }
-    let bar = if progress {
-        ProgressBar::new(0)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("indexing shards {bar:30} {pos}/{len}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let shown = bar.clone();
-    let wds = WebDataset::new().progress(std::sync::Arc::new(move |done, total| {
-        shown.set_length(total as u64);
-        shown.set_position(done as u64);
-    }));
+    let (bar, indexing) = crate::index::indexing_bar(progress);
+    let wds = WebDataset::new().progress(indexing);
     let dataset = if is_shard_url(url) {
         wds.load_blocking(store, &split_url(url)?.1.unwrap_or_default())?
     } else {
-        // A prefix of shards, or an ImageFolder: tell them apart by a `.tar` at the top.
-        // The listing gives the shards' sizes and versions, so no HEAD is needed.
+        // A prefix of shards, or an ImageFolder: one listing tells them apart (a `.tar` at
+        // the top) and serves either, with the shards' sizes and versions, so no HEAD.
         let listed = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()
-            .ok()
-            .and_then(|rt| rt.block_on(list_shards(&**store, "")).ok());
-        match listed {
-            Some(metas) => wds.load_metas_blocking(store, metas)?,
-            None => Dataset::image_folder_blocking(&**store)?,
+            .build()?
+            .block_on(RetryStore::new(&**store, RetryConfig::default()).list_all(""))?;
+        let store_name = store.name().to_owned();
+        let shards = shards_of(&listed);
+        if shards.is_empty() {
+            Dataset::image_folder_of(listed, &store_name)?
+        } else {
+            wds.load_metas_blocking(store, shards)?
         }
     };
     bar.finish_and_clear();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 pub use loader_scheduler::Member;
 
-use loader_storage::Storage;
 use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{ObjectMeta, Storage};
 
 use crate::error::DatasetError;
 use crate::{Error, Result};
@@ -219,6 +219,12 @@ impl Dataset {
         let listed = RetryStore::new(store, RetryConfig::default())
             .list_all("")
             .await?;
+        Self::image_folder_of(listed, store.name())
+    }
+
+    /// [`Dataset::image_folder`] from a listing already made (of the store named
+    /// `store`), e.g. by a caller that also looked for shards in it.
+    pub fn image_folder_of(listed: Vec<ObjectMeta>, store: &str) -> Result<Self> {
         let mut folders: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for meta in listed {
             let Some((class, _)) = meta.key.split_once('/') else {
@@ -231,7 +237,7 @@ impl Dataset {
         }
         if folders.is_empty() {
             return Err(DatasetError::NoClassFolders {
-                store: store.name().into(),
+                store: store.into(),
             }
             .into());
         }
@@ -243,7 +249,7 @@ impl Dataset {
         if !empty.is_empty() {
             return Err(DatasetError::EmptyClasses {
                 folders: empty.join(", "),
-                store: store.name().into(),
+                store: store.into(),
             }
             .into());
         }

@@ -120,6 +120,22 @@ fn labelled(store: DynStorage, dataset: Dataset) -> DataLoaderBuilder<u64, Vec<(
     )
 }
 
+/// The indices one pass delivered, sorted: `0..n` when each sample came exactly once.
+fn sorted_indices(loader: &mut DataLoader<u64, Vec<(u64, i64)>>) -> Vec<u64> {
+    let mut seen: Vec<u64> = one_pass(loader).iter().map(|(i, _)| *i).collect();
+    seen.sort();
+    seen
+}
+
+/// Every fetch strategy, with small counts.
+fn strategies() -> [loader_core::Fetch; 3] {
+    [
+        loader_core::Fetch::Async { max_in_flight: 16 },
+        loader_core::Fetch::Threads { threads: 4 },
+        loader_core::Fetch::Sequential { workers: 2 },
+    ]
+}
+
 fn one_pass(loader: &mut DataLoader<u64, Vec<(u64, i64)>>) -> Vec<(u64, i64)> {
     loader.flat_map(|b| b.unwrap()).collect()
 }
@@ -199,8 +215,7 @@ fn a_member_larger_than_the_chunk_size_is_a_chunk_of_its_own() {
         .shuffle(true)
         .build()
         .unwrap();
-    let mut seen: Vec<u64> = one_pass(&mut loader).iter().map(|(i, _)| *i).collect();
-    seen.sort();
+    let seen = sorted_indices(&mut loader);
     assert_eq!(seen, (0..30).collect::<Vec<_>>());
 }
 
@@ -305,8 +320,7 @@ fn shards_over_plain_http_from_a_brace_list() {
         .shuffle(true)
         .build()
         .unwrap();
-    let mut seen: Vec<u64> = one_pass(&mut loader).iter().map(|(i, _)| *i).collect();
-    seen.sort();
+    let seen = sorted_indices(&mut loader);
     assert_eq!(seen, (0..40).collect::<Vec<_>>());
 }
 
@@ -324,11 +338,7 @@ fn a_byte_budget_below_one_chunk_never_stalls_the_loader() {
         .chunk_bytes(20_000)
         .load_blocking(&store, &shards)
         .unwrap();
-    for fetch in [
-        loader_core::Fetch::Async { max_in_flight: 16 },
-        loader_core::Fetch::Threads { threads: 4 },
-        loader_core::Fetch::Sequential { workers: 2 },
-    ] {
+    for fetch in strategies() {
         let (store, dataset) = (Arc::clone(&store), dataset.clone());
         let seen = loader_testkit::watchdog::no_hang(
             &format!("{fetch:?} under a 1 KiB budget"),
@@ -340,9 +350,7 @@ fn a_byte_budget_below_one_chunk_never_stalls_the_loader() {
                     .max_buffered_bytes(1024)
                     .build()
                     .unwrap();
-                let mut seen: Vec<u64> = one_pass(&mut loader).iter().map(|(i, _)| *i).collect();
-                seen.sort();
-                seen
+                sorted_indices(&mut loader)
             },
         );
         assert_eq!(seen, (0..120).collect::<Vec<_>>(), "{fetch:?}");
@@ -360,11 +368,7 @@ fn a_decoded_bytes_bound_below_one_image_only_slows_the_loader() {
     let store = local(dir.path());
     let shards: Vec<String> = (0..3).map(|s| format!("shard-{s:06}.tar")).collect();
     let dataset = wds().load_blocking(&store, &shards).unwrap();
-    for fetch in [
-        loader_core::Fetch::Async { max_in_flight: 16 },
-        loader_core::Fetch::Threads { threads: 4 },
-        loader_core::Fetch::Sequential { workers: 2 },
-    ] {
+    for fetch in strategies() {
         let (store, dataset) = (Arc::clone(&store), dataset.clone());
         let seen = loader_testkit::watchdog::no_hang(
             &format!("{fetch:?}, 1-byte decoded bound"),

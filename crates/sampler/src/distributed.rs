@@ -46,15 +46,7 @@ impl DistributedBuilder {
     /// Check and build.
     pub fn build(self) -> Result<DistributedSampler, SamplerError> {
         let s = self.sampler;
-        if s.world_size == 0 {
-            return Err(SamplerError::Zero("the world size"));
-        }
-        if s.rank >= s.world_size {
-            return Err(SamplerError::RankOutOfRange {
-                rank: s.rank,
-                world_size: s.world_size,
-            });
-        }
+        check_rank(s.rank, s.world_size)?;
         if s.shuffle && u32::try_from(s.dataset_len).is_err() {
             return Err(SamplerError::TooLarge {
                 what: "a shuffled epoch",
@@ -110,6 +102,17 @@ impl DistributedSampler {
             (0..self.dataset_len as u32).collect()
         }
     }
+}
+
+/// A rank and world size that make sense: at least one rank, and the rank among them.
+pub(crate) fn check_rank(rank: usize, world_size: usize) -> Result<(), SamplerError> {
+    if world_size == 0 {
+        return Err(SamplerError::Zero("the world size"));
+    }
+    if rank >= world_size {
+        return Err(SamplerError::RankOutOfRange { rank, world_size });
+    }
+    Ok(())
 }
 
 /// Read rank and world size through `get` (the environment, or a map in tests).

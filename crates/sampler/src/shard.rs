@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::distributed::check_rank;
 use crate::random::walk;
 use crate::rng::{epoch_rng, mix, shuffle};
 use crate::{Indices, Sampler, SamplerError};
@@ -138,15 +139,7 @@ impl ShardSamplerBuilder {
     /// Check the options.
     pub fn build(self) -> Result<ShardSampler, SamplerError> {
         let s = self.sampler;
-        if s.world_size == 0 {
-            return Err(SamplerError::Zero("the world size"));
-        }
-        if s.rank >= s.world_size {
-            return Err(SamplerError::RankOutOfRange {
-                rank: s.rank,
-                world_size: s.world_size,
-            });
-        }
+        check_rank(s.rank, s.world_size)?;
         if s.shuffle_buffer == 0 {
             return Err(SamplerError::Zero("the shuffle buffer"));
         }

@@ -237,8 +237,8 @@ impl<T: Send + 'static> Driver<T> {
                         if self.out.send(batch).await.is_err() || stop {
                             return;
                         }
-                        self.shared.metrics.batch_queued();
-                        if let Some(trace) = &self.shared.trace {
+                        self.shared.fetch.metrics.batch_queued();
+                        if let Some(trace) = &self.shared.fetch.trace {
                             trace.batch(position);
                         }
                     }
@@ -306,11 +306,11 @@ impl<T: Send + 'static> Driver<T> {
             match item {
                 Ok(sample) => {
                     samples.push(sample);
-                    self.shared.metrics.item_done(true);
+                    self.shared.fetch.metrics.item_done(true);
                 }
                 Err(e) => {
                     skipped.push(e);
-                    self.shared.metrics.item_done(false);
+                    self.shared.fetch.metrics.item_done(false);
                 }
             }
         }

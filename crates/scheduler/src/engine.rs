@@ -104,12 +104,10 @@ impl<T: Send + 'static> Engine<T> {
                 config.trace.clone(),
             ),
             stage,
-            metrics: Arc::clone(&metrics),
             pool: pool.handle(),
             runtime: runtime.clone(),
             results,
             cancelled,
-            trace: config.trace.clone(),
         });
         let decoded =
             weigh.map(|weigh| crate::driver::Decoded::new(weigh, config.max_decoded_bytes));

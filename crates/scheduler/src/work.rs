@@ -13,7 +13,6 @@ use tokio::sync::{mpsc, watch};
 
 use crate::engine::{Stage, panic_message};
 use crate::item::{ItemError, ItemFailure, Member, SampleInfo};
-use crate::metrics::Metrics;
 use crate::pool::PoolHandle;
 use crate::unit::{FetchContext, Unit, cut_item};
 
@@ -23,12 +22,10 @@ pub(crate) type ItemResult<T> = Result<(SampleInfo, T), ItemError>;
 pub(crate) struct Shared<T> {
     pub(crate) fetch: FetchContext,
     pub(crate) stage: Stage<T>,
-    pub(crate) metrics: Arc<Metrics>,
     pub(crate) pool: PoolHandle,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) results: mpsc::UnboundedSender<(u64, ItemResult<T>)>,
     pub(crate) cancelled: watch::Receiver<bool>,
-    pub(crate) trace: Option<Arc<crate::Trace>>,
 }
 
 /// An admitted item: its place in the engine's sequence, what the stage is told, and the
@@ -105,11 +102,11 @@ pub(crate) fn load_blocking<T>(shared: &Shared<T>, mut job: Job) {
 
 /// The CPU stage, timed, with panics caught so one bad sample cannot take the pool down.
 pub(crate) fn run_stage<T>(shared: &Shared<T>, bytes: Bytes, info: SampleInfo) -> ItemResult<T> {
-    let _guard = shared.metrics.decode_started();
+    let _guard = shared.fetch.metrics.decode_started();
     let (started, index) = (Instant::now(), info.index);
     let stage = &shared.stage;
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| stage(bytes, &info)));
-    if let Some(trace) = &shared.trace {
+    if let Some(trace) = &shared.fetch.trace {
         trace.decode(started, index);
     }
     match outcome {

@@ -179,21 +179,24 @@ impl DatasetSpec {
     /// Write the dataset under `root` in ImageFolder layout.
     pub fn write(&self, root: &Path) -> io::Result<Vec<DatasetItem>> {
         (0..self.images)
-            .map(|index| {
-                let (key, label) = self.item(index);
-                let path = root.join(&key);
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                let bytes = self.encode(index)?;
-                std::fs::write(&path, &bytes)?;
-                Ok(DatasetItem {
-                    key,
-                    label,
-                    size: bytes.len() as u64,
-                })
-            })
+            .map(|index| self.write_image(root, index))
             .collect()
+    }
+
+    /// Image `index` of [`DatasetSpec::write`], alone (to write images in parallel).
+    pub fn write_image(&self, root: &Path, index: usize) -> io::Result<DatasetItem> {
+        let (key, label) = self.item(index);
+        let path = root.join(&key);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let bytes = self.encode(index)?;
+        std::fs::write(&path, &bytes)?;
+        Ok(DatasetItem {
+            key,
+            label,
+            size: bytes.len() as u64,
+        })
     }
 }
 

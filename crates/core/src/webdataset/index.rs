@@ -98,21 +98,15 @@ pub(crate) fn read_cached(path: &Path) -> Option<ShardIndex> {
     ShardIndex::parse(&std::fs::read(path).ok()?)
 }
 
-/// Write `index` to `path` atomically (a temporary file renamed into place), so a reader
-/// never sees half of one and two ranks writing the same index do not corrupt it.
+/// Write `bytes` to `path` atomically (a temporary file in the same directory, renamed
+/// into place), so a reader never sees half of one and two ranks writing the same index do
+/// not corrupt it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.{}.{:x}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("index"),
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }

@@ -292,16 +292,21 @@ impl WebDataset {
             .cache_dir
             .as_ref()
             .map(|dir| index::cache_path(dir, store.name(), &meta.key));
-        if let Some(path) = &cached
-            && let Some(index) = index::read_cached(path).filter(|i| i.is_fresh_for(meta))
+        // File reads and writes on the blocking pool: shards are indexed concurrently on
+        // the runtime, which a blocking read would stall.
+        if let Some(path) = cached.clone()
+            && let Ok(Some(index)) =
+                tokio::task::spawn_blocking(move || index::read_cached(&path)).await
+            && index.is_fresh_for(meta)
         {
             return Ok(index);
         }
         let index = self.scan(store, meta).await?;
-        if let Some(path) = &cached {
+        if let Some(path) = cached {
+            let json = index.to_json();
             // A cache that cannot be written (a read-only home) costs the next run a scan,
             // nothing else.
-            let _ = write_atomically(path, &index.to_json());
+            let _ = tokio::task::spawn_blocking(move || write_atomically(&path, &json)).await;
         }
         Ok(index)
     }
@@ -540,12 +545,10 @@ fn is_tar(name: &str) -> bool {
 
 /// The `.tar` objects under `prefix`, sorted by key (retried as dataset listings are).
 pub async fn list_shards(store: &dyn Storage, prefix: &str) -> Result<Vec<ObjectMeta>> {
-    let mut shards: Vec<ObjectMeta> = RetryStore::new(store, RetryConfig::default())
+    let listed = RetryStore::new(store, RetryConfig::default())
         .list_all(prefix)
-        .await?
-        .into_iter()
-        .filter(|m| is_tar(&m.key))
-        .collect();
+        .await?;
+    let shards = shards_of(&listed);
     if shards.is_empty() {
         return Err(DatasetError::from(ShardError::List(
             format!("{}/{prefix}", store.name()),
@@ -553,6 +556,12 @@ pub async fn list_shards(store: &dyn Storage, prefix: &str) -> Result<Vec<Object
         ))
         .into());
     }
-    shards.sort();
     Ok(shards)
+}
+
+/// The `.tar` objects of a listing, sorted by key.
+pub fn shards_of(listed: &[ObjectMeta]) -> Vec<ObjectMeta> {
+    let mut shards: Vec<ObjectMeta> = listed.iter().filter(|m| is_tar(&m.key)).cloned().collect();
+    shards.sort();
+    shards
 }
