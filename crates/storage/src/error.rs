@@ -49,19 +49,25 @@ impl fmt::Display for ErrorKind {
 
 type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Shared, so an error can be cloned: one failed request answers every caller waiting on it.
+type SharedSource = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// An error from a store. It always names the key (empty for store-wide operations such as
 /// opening the store) and the backend, e.g. `s3://bucket/prefix`, never any credential.
 ///
-/// Displays as `not found: key "cat/1.jpg" on s3://images/train: <cause>`.
+/// Displays as `not found: key "cat/1.jpg" on s3://images/train: <cause>`. Cloning is
+/// cheap: the cause is shared.
+#[derive(Clone)]
 pub struct Error(Box<Inner>);
 
 /// Boxed so `Result<Bytes, Error>` stays two words wide on the hot path.
+#[derive(Clone)]
 struct Inner {
     kind: ErrorKind,
     key: String,
     backend: String,
     message: String,
-    source: Option<Source>,
+    source: Option<SharedSource>,
 }
 
 impl Error {
@@ -83,7 +89,7 @@ impl Error {
 
     /// Attach the underlying cause; it is shown after the message and returned by `source()`.
     pub fn with_source(mut self, source: impl Into<Source>) -> Self {
-        self.0.source = Some(source.into());
+        self.0.source = Some(SharedSource::from(source.into()));
         self
     }
 

@@ -1,8 +1,8 @@
 //! Reading objects from wherever a dataset lives: local disk, S3, HTTP, GCS, Azure, memory.
 //!
 //! One small object-safe trait, [`Storage`], with a backend per module in [`backend`] and
-//! behaviour added by wrapping a store in a [`layer`] (retry, timeout, concurrency limit,
-//! simulated latency, fault injection, metrics), as `object_store`'s `ThrottledStore` does.
+//! behaviour added by wrapping a store in a [`layer`] (cache, retry, timeout, concurrency
+//! limit, simulated latency, fault injection, metrics), as `object_store`'s `ThrottledStore` does.
 //!
 //! ```
 //! use loader_storage::{from_url, Storage, StorageExt, layer::RetryConfig};
@@ -174,6 +174,18 @@ pub trait StorageExt: Storage + Sized {
     /// Fail a seeded fraction of requests, for tests.
     fn with_faults(self, faults: layer::FaultConfig) -> layer::FaultStore<Self> {
         layer::FaultStore::new(self, faults)
+    }
+
+    /// Keep what is read within byte budgets in memory and on disk; see
+    /// [`layer::CacheStore`]. Fails if the cache directory cannot be opened.
+    fn with_cache(
+        self,
+        config: layer::CacheConfig,
+    ) -> std::result::Result<layer::CacheStore<Self>, layer::CacheError>
+    where
+        Self: 'static,
+    {
+        layer::CacheStore::new(self, config)
     }
 
     /// Count requests, bytes and latency.

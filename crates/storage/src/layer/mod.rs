@@ -1,9 +1,10 @@
 //! Layers: stores that wrap a store and add one behaviour each, composable in any order.
 //!
-//! A usual stack for remote storage, outermost first: metrics → retry → timeout → limit →
-//! backend, so a timed-out attempt is retried and the metrics see what the caller saw.
+//! A usual stack for remote storage, outermost first: cache → metrics → retry → timeout →
+//! limit → backend, so a timed-out attempt is retried and the metrics see what the caller saw.
 //! [`StorageExt`](crate::StorageExt) builds them with method calls.
 
+mod cache;
 mod faults;
 mod latency;
 mod limit;
@@ -11,6 +12,10 @@ mod metrics;
 mod retry;
 mod timeout;
 
+pub use cache::{
+    Cache, CacheConfig, CacheError, CachePolicy, CacheSnapshot, CacheStore, DEFAULT_BLOCK_BYTES,
+    TierSnapshot,
+};
 pub use faults::{FaultConfig, FaultStore};
 pub use latency::{Latency, LatencyStore};
 pub use limit::LimitStore;

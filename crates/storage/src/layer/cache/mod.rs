@@ -1,0 +1,872 @@
+//! A byte-budgeted cache of what a store returns, in memory and on local disk, so epoch two
+//! reads from the node instead of the network.
+//!
+//! - **Entries** are whole objects (for `get`) and aligned blocks of
+//!   [`CacheConfig::block_bytes`] (for `get_range`): a ranged read is cut into the blocks it
+//!   touches, so reads in another order, or coalesced differently, still hit. Missing blocks
+//!   of one read are fetched with one request.
+//! - **Validated once per run**: an entry remembers the size and version (ETag, or mtime on
+//!   local disk) of the object it was made from, and is served only if this run's view of
+//!   the object matches. That view comes from the listings and HEADs that pass through the
+//!   cache and from [`Cache::learn`] (a dataset's index); an object known from neither is
+//!   asked about with one HEAD, once per run. A hit costs no request.
+//! - **Single flight**: concurrent reads of one entry make one request.
+//! - **Crash-safe**: a file is written under `tmp/` and renamed into place, and carries a
+//!   checksum verified on every read; a corrupt or stale file is dropped and fetched again.
+//! - **Shared directories**: the first process to open a directory owns it (an OS file
+//!   lock, released when the process dies); others read its entries but neither write nor
+//!   evict, and keep their own memory tier.
+//! - **Eviction** by a [`CachePolicy`]; [`CachePolicy::Future`] is fed the upcoming reads
+//!   with [`Cache::announce`] (the `DataLoader` does it from its sampler's order).
+//! - **Disk trouble** (a full disk, a read-only directory) is reported once on stderr and
+//!   in [`CacheSnapshot::write_errors`]; the cache goes on without its disk tier.
+//!
+//! Put the cache outside the retry and timeout layers: a hit makes no request, and a
+//! miss's request is retried below it.
+
+mod disk;
+mod entry;
+mod metrics;
+mod plan;
+mod policy;
+mod tier;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures::future::{self, BoxFuture, FutureExt};
+use futures::stream::{BoxStream, StreamExt};
+
+use crate::{ObjectMeta, Result, Storage};
+use disk::{Disk, Job, Writer};
+use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id, file_len};
+use metrics::Counters;
+use plan::Plan;
+use tier::{Admission, Tier};
+
+pub use metrics::{CacheSnapshot, TierSnapshot};
+pub use policy::CachePolicy;
+
+/// Default [`CacheConfig::block_bytes`]: 1 MiB. A shard's 4 MiB read spans a few blocks,
+/// and a block shared by two reads is fetched once; a small ranged sample costs at most a
+/// block of extra bytes on its first read, not an extra request.
+pub const DEFAULT_BLOCK_BYTES: u64 = 1 << 20;
+
+/// Entries waiting for the writer may hold this many bytes; past it a new entry is not
+/// written (memory stays bounded when the disk is slower than the network).
+const MAX_PENDING_WRITE_BYTES: u64 = 256 << 20;
+
+/// How much to cache, where, and by which rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// The directory of the disk tier; `None` for memory only.
+    pub dir: Option<PathBuf>,
+    /// The memory tier's budget in bytes (0: none).
+    pub memory_bytes: u64,
+    /// The disk tier's budget in bytes, counting whole entry files.
+    pub disk_bytes: u64,
+    /// How a full tier chooses what to keep.
+    pub policy: CachePolicy,
+    /// The unit of ranged reads.
+    pub block_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    /// Memory only, 256 MiB, future-aware; 16 GiB of disk once a `dir` is set.
+    fn default() -> Self {
+        Self {
+            dir: None,
+            memory_bytes: 256 << 20,
+            disk_bytes: 16 << 30,
+            policy: CachePolicy::default(),
+            block_bytes: DEFAULT_BLOCK_BYTES,
+        }
+    }
+}
+
+/// Why a cache could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheError {
+    /// The directory could not be created, locked or read.
+    #[error("cache directory {}: {source}", dir.display())]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `block_bytes` is 0.
+    #[error("cache block size must be at least 1 byte")]
+    BlockSize,
+}
+
+/// A store that keeps what it reads from `inner` within byte budgets. See the module docs.
+pub struct CacheStore<S> {
+    inner: Arc<S>,
+    cache: Cache,
+}
+
+/// The handle of a cache: announce upcoming reads, tell it what a listing said, read its
+/// counters. Cheap to clone; it stays valid after the store is moved into a loader.
+#[derive(Clone)]
+pub struct Cache {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    backend: String,
+    block_bytes: u64,
+    state: Arc<Mutex<State>>,
+    counters: Arc<Counters>,
+    disk: Option<Arc<Disk>>,
+    writer: Option<Writer>,
+    /// Reads of entries under way, by entry: a later reader of one waits on it.
+    flights: Mutex<HashMap<EntryId, Flight>>,
+    /// HEADs under way, by key.
+    heads: Mutex<HashMap<String, HeadFlight>>,
+}
+
+type Fetch = future::Shared<BoxFuture<'static, Result<Bytes>>>;
+type HeadFlight = future::Shared<BoxFuture<'static, Result<ObjectMeta>>>;
+
+/// A request under way and where its bytes start in the object.
+#[derive(Clone)]
+struct Flight {
+    start: u64,
+    fetch: Fetch,
+}
+
+struct State {
+    plan: Plan,
+    memory: Tier<Bytes>,
+    memory_stats: TierStats,
+    disk: Tier<OnDisk>,
+    disk_stats: TierStats,
+    /// Objects as this run sees them.
+    known: HashMap<String, Origin>,
+    /// False for a process that does not own the directory, and after a failed write.
+    disk_writes: bool,
+    pending_write_bytes: u64,
+}
+
+#[derive(Default)]
+struct TierStats {
+    peak: u64,
+    evictions: u64,
+    rejected: u64,
+}
+
+/// A disk entry, written or still in the writer's queue (then its bytes are served from
+/// there).
+enum OnDisk {
+    Present,
+    Writing(Bytes),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<S: Storage + 'static> CacheStore<S> {
+    /// Wrap `inner`. With a `dir`, opens it (creating it), takes ownership if no other
+    /// process holds it, deletes what a crashed writer left and starts warm with the
+    /// entries found (evicting, oldest first, what a smaller budget no longer holds).
+    pub fn new(inner: S, config: CacheConfig) -> std::result::Result<Self, CacheError> {
+        if config.block_bytes == 0 {
+            return Err(CacheError::BlockSize);
+        }
+        let mut state = State {
+            plan: Plan::default(),
+            memory: Tier::new(config.memory_bytes, config.policy),
+            memory_stats: TierStats::default(),
+            disk: Tier::new(0, config.policy),
+            disk_stats: TierStats::default(),
+            known: HashMap::new(),
+            disk_writes: false,
+            pending_write_bytes: 0,
+        };
+        let counters = Arc::new(Counters::default());
+        let mut disk = None;
+        if let Some(dir) = &config.dir {
+            let failed = |source| CacheError::Dir {
+                dir: dir.clone(),
+                source,
+            };
+            let (opened, found) = Disk::open(dir).map_err(failed)?;
+            let opened = Arc::new(opened);
+            state.disk = Tier::new(config.disk_bytes, config.policy);
+            if let Some(found) = found {
+                state.disk_writes = true;
+                for f in found {
+                    match state
+                        .disk
+                        .admit(f.id, f.len, OnDisk::Present, &mut state.plan)
+                    {
+                        Admission::Taken(evicted) => {
+                            for (id, _) in evicted {
+                                opened.delete(id);
+                            }
+                        }
+                        Admission::Refused => opened.delete(f.id),
+                    }
+                }
+                state.disk_stats.peak = state.disk.used();
+            }
+            disk = Some(opened);
+        }
+        let state = Arc::new(Mutex::new(state));
+        let writer = match &disk {
+            Some(d) if d.owns() => {
+                let (state, counters, root) = (
+                    Arc::clone(&state),
+                    Arc::clone(&counters),
+                    d.root().to_owned(),
+                );
+                let done = move |id, payload, result: std::io::Result<()>| {
+                    wrote(&state, &counters, &root, id, payload, result);
+                };
+                Some(
+                    Writer::start(Arc::clone(d), done).map_err(|source| CacheError::Dir {
+                        dir: d.root().to_owned(),
+                        source,
+                    })?,
+                )
+            }
+            _ => None,
+        };
+        Ok(Self {
+            cache: Cache {
+                shared: Arc::new(Shared {
+                    backend: inner.name().to_owned(),
+                    block_bytes: config.block_bytes,
+                    state,
+                    counters,
+                    disk,
+                    writer,
+                    flights: Mutex::new(HashMap::new()),
+                    heads: Mutex::new(HashMap::new()),
+                }),
+            },
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+impl<S> CacheStore<S> {
+    /// The handle: announce reads, learn objects, read counters.
+    pub fn cache(&self) -> Cache {
+        self.cache.clone()
+    }
+}
+
+/// The writer's report: a written entry is served from its file; a failed write turns the
+/// disk tier off for the rest of the run.
+fn wrote(
+    state: &Mutex<State>,
+    counters: &Counters,
+    root: &std::path::Path,
+    id: EntryId,
+    payload: u64,
+    result: std::io::Result<()>,
+) {
+    let mut state = lock(state);
+    state.pending_write_bytes = state.pending_write_bytes.saturating_sub(payload);
+    match result {
+        Ok(()) => {
+            if let Some(entry) = state.disk.peek_mut(id) {
+                *entry = OnDisk::Present;
+            }
+        }
+        Err(e) => {
+            state.disk.remove(id);
+            Counters::add(&counters.write_errors, 1);
+            if std::mem::replace(&mut state.disk_writes, false) {
+                eprintln!(
+                    "warning: the cache could not write to {} ({e}); going on without \
+                     adding to the disk cache",
+                    root.display()
+                );
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("backend", &self.shared.backend)
+            .field(
+                "dir",
+                &self.shared.disk.as_ref().map(|d| d.root().to_owned()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for CacheStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheStore")
+            .field("inner", &self.inner)
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+impl Cache {
+    /// Announce the next reads, in order: `(key, None)` for a whole object, `(key,
+    /// Some(range))` for a range. [`CachePolicy::Future`] keeps what is needed soonest.
+    pub fn announce<'a>(&self, reads: impl IntoIterator<Item = (&'a str, Option<Range<u64>>)>) {
+        let block = self.shared.block_bytes;
+        let mut state = lock(&self.shared.state);
+        for (key, range) in reads {
+            match range {
+                None => state.plan.push(entry_id(key, Unit::Whole)),
+                Some(range) => {
+                    for n in blocks_of(&range, block) {
+                        state.plan.push(entry_id(key, Unit::Block(n)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forget the announced reads (the reader starts over from another position).
+    pub fn forget_plan(&self) {
+        lock(&self.shared.state).plan.reset();
+    }
+
+    /// Whether reads were announced since the last [`forget_plan`](Self::forget_plan).
+    pub fn has_plan(&self) -> bool {
+        !lock(&self.shared.state).plan.is_empty()
+    }
+
+    /// What this run knows of these objects (from a listing or an index): entries made
+    /// from another size or version are not served, and no HEAD is made for them.
+    pub fn learn(&self, objects: impl IntoIterator<Item = ObjectMeta>) {
+        let mut state = lock(&self.shared.state);
+        for meta in objects {
+            state.known.insert(
+                meta.key,
+                Origin {
+                    size: meta.size,
+                    version: meta.version,
+                },
+            );
+        }
+    }
+
+    /// Block until the entries queued for the disk are written (a process that owns the
+    /// directory; otherwise returns at once). Dropping the store does it too.
+    pub fn flush(&self) {
+        if let Some(writer) = &self.shared.writer {
+            writer.flush();
+        }
+    }
+
+    /// The counters as they are now.
+    pub fn snapshot(&self) -> CacheSnapshot {
+        let c = &self.shared.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let state = lock(&self.shared.state);
+        let tier = |used: u64, budget: u64, len: usize, stats: &TierStats| TierSnapshot {
+            budget,
+            bytes: used,
+            peak_bytes: stats.peak,
+            entries: len as u64,
+            evictions: stats.evictions,
+            rejected: stats.rejected,
+        };
+        CacheSnapshot {
+            memory_hits: get(&c.memory_hits),
+            disk_hits: get(&c.disk_hits),
+            misses: get(&c.misses),
+            bytes_served: get(&c.bytes_served),
+            bytes_fetched: get(&c.bytes_fetched),
+            requests: get(&c.requests),
+            validations: get(&c.validations),
+            corrupt: get(&c.corrupt),
+            stale: get(&c.stale),
+            write_errors: get(&c.write_errors),
+            dropped_writes: get(&c.dropped_writes),
+            memory: tier(
+                state.memory.used(),
+                state.memory.budget(),
+                state.memory.len(),
+                &state.memory_stats,
+            ),
+            disk: tier(
+                state.disk.used(),
+                state.disk.budget(),
+                state.disk.len(),
+                &state.disk_stats,
+            ),
+        }
+    }
+
+    /// Whether entries outlive this process, so they must be checked against the object.
+    fn validates(&self) -> bool {
+        self.shared.disk.is_some()
+    }
+}
+
+/// Where the bytes of one unit of a read come from.
+enum Source {
+    Have(Bytes),
+    Disk,
+    Fetch,
+}
+
+impl Shared {
+    /// Look `ids` up, as reads: hits from memory (or the writer's queue), the rest marked
+    /// for the disk or the store.
+    fn look_up(&self, ids: &[EntryId]) -> Vec<Source> {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        let disk_reader = self.disk.as_ref().is_some_and(|d| !d.owns());
+        ids.iter()
+            .map(|&id| {
+                state.plan.read(id);
+                if let Some(bytes) = state.memory.read(id, &mut state.plan) {
+                    Counters::add(&self.counters.memory_hits, 1);
+                    return Source::Have(bytes.clone());
+                }
+                match state.disk.read(id, &mut state.plan) {
+                    Some(OnDisk::Writing(bytes)) => {
+                        Counters::add(&self.counters.disk_hits, 1);
+                        Source::Have(bytes.clone())
+                    }
+                    Some(OnDisk::Present) => Source::Disk,
+                    // Another process owns the directory: its entries are found by name.
+                    None if disk_reader => Source::Disk,
+                    None => Source::Fetch,
+                }
+            })
+            .collect()
+    }
+
+    /// Read entries from their files, off the runtime; `None` where the file is missing,
+    /// corrupt or stale (then it is dropped).
+    async fn read_disk(
+        self: &Arc<Self>,
+        key: &str,
+        units: Vec<(EntryId, Unit)>,
+        origin: Option<Origin>,
+    ) -> Vec<Option<Bytes>> {
+        let Some(disk) = self.disk.clone() else {
+            return vec![None; units.len()];
+        };
+        let (key_owned, wanted) = (key.to_owned(), units.clone());
+        let origin_of = origin.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            wanted
+                .iter()
+                .map(|&(id, unit)| {
+                    let file = disk.read(id).ok().flatten()?;
+                    Some(match &origin_of {
+                        Some(origin) => decode(file, &key_owned, unit, origin),
+                        None => Err(Rejected::Stale),
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_else(|_| vec![None; units.len()]);
+        let mut out = Vec::with_capacity(units.len());
+        let mut dropped = Vec::new();
+        for ((id, _), result) in units.iter().zip(read) {
+            match result {
+                Some(Ok(payload)) => {
+                    Counters::add(&self.counters.disk_hits, 1);
+                    out.push(Some(payload));
+                }
+                Some(Err(why)) => {
+                    let counter = match why {
+                        Rejected::Stale => &self.counters.stale,
+                        Rejected::Corrupt(_) | Rejected::Other => &self.counters.corrupt,
+                    };
+                    Counters::add(counter, 1);
+                    dropped.push(*id);
+                    out.push(None);
+                }
+                None => {
+                    dropped.push(*id);
+                    out.push(None);
+                }
+            }
+        }
+        if !dropped.is_empty() {
+            let mut state = lock(&self.state);
+            for id in dropped {
+                if state.disk.remove(id).is_some()
+                    && let Some(w) = &self.writer
+                {
+                    w.send(Job::Delete(id));
+                }
+            }
+        }
+        // Served from disk: worth keeping in memory if the memory tier's rule says so.
+        for ((id, _), payload) in units.iter().zip(&out) {
+            if let Some(payload) = payload {
+                self.keep_in_memory(*id, payload.clone());
+            }
+        }
+        out
+    }
+
+    fn keep_in_memory(&self, id: EntryId, bytes: Bytes) {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        if state.memory.budget() == 0 || state.memory.contains(id) {
+            return;
+        }
+        match state
+            .memory
+            .admit(id, bytes.len() as u64, bytes, &mut state.plan)
+        {
+            Admission::Taken(evicted) => {
+                state.memory_stats.evictions += evicted.len() as u64;
+                state.memory_stats.peak = state.memory_stats.peak.max(state.memory.used());
+            }
+            Admission::Refused => state.memory_stats.rejected += 1,
+        }
+    }
+
+    /// A fetched unit: into memory, and to the disk tier's writer.
+    fn store(&self, key: &str, unit: Unit, origin: Option<&Origin>, bytes: Bytes) {
+        let id = entry_id(key, unit);
+        self.keep_in_memory(id, bytes.clone());
+        let (Some(origin), Some(writer)) = (origin, &self.writer) else {
+            return;
+        };
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        if !state.disk_writes || state.disk.contains(id) {
+            return;
+        }
+        let payload = bytes.len() as u64;
+        if state.pending_write_bytes + payload > MAX_PENDING_WRITE_BYTES {
+            Counters::add(&self.counters.dropped_writes, 1);
+            return;
+        }
+        let len = file_len(key, origin, payload);
+        match state
+            .disk
+            .admit(id, len, OnDisk::Writing(bytes.clone()), &mut state.plan)
+        {
+            Admission::Taken(evicted) => {
+                state.disk_stats.evictions += evicted.len() as u64;
+                for (victim, _) in evicted {
+                    writer.send(Job::Delete(victim));
+                }
+                state.pending_write_bytes += payload;
+                state.disk_stats.peak = state.disk_stats.peak.max(state.disk.used());
+                let queued = writer.send(Job::Write {
+                    id,
+                    key: key.to_owned(),
+                    unit,
+                    origin: origin.clone(),
+                    payload: bytes,
+                });
+                if !queued {
+                    state.disk.remove(id);
+                    state.pending_write_bytes -= payload;
+                }
+            }
+            Admission::Refused => state.disk_stats.rejected += 1,
+        }
+    }
+}
+
+impl<S: Storage + 'static> CacheStore<S> {
+    fn shared(&self) -> &Arc<Shared> {
+        &self.cache.shared
+    }
+
+    /// This run's view of `key` when entries must be validated: known, or asked for once.
+    async fn origin(&self, key: &str) -> Result<Option<Origin>> {
+        if !self.cache.validates() {
+            return Ok(None);
+        }
+        if let Some(origin) = lock(&self.shared().state).known.get(key) {
+            return Ok(Some(origin.clone()));
+        }
+        let head = {
+            let mut heads = lock(&self.shared().heads);
+            heads
+                .entry(key.to_owned())
+                .or_insert_with(|| {
+                    let (inner, key) = (Arc::clone(&self.inner), key.to_owned());
+                    let counters = Arc::clone(&self.shared().counters);
+                    async move {
+                        Counters::add(&counters.validations, 1);
+                        inner.head(&key).await
+                    }
+                    .boxed()
+                    .shared()
+                })
+                .clone()
+        };
+        let meta = head.await;
+        lock(&self.shared().heads).remove(key);
+        let meta = meta?;
+        let origin = Origin {
+            size: meta.size,
+            version: meta.version,
+        };
+        lock(&self.shared().state)
+            .known
+            .insert(key.to_owned(), origin.clone());
+        Ok(Some(origin))
+    }
+
+    /// The bytes of `units` of `key` that neither tier had, by one request for the units no
+    /// other reader is already fetching. `span` gives a unit's byte range in the object.
+    async fn fetch(
+        &self,
+        key: &str,
+        units: &[(EntryId, Unit)],
+        origin: Option<&Origin>,
+    ) -> Result<Vec<Bytes>> {
+        let block = self.shared().block_bytes;
+        let start_of = |unit: Unit| match unit {
+            Unit::Whole => 0,
+            Unit::Block(n) => n * block,
+        };
+        let mut waits: Vec<Flight> = Vec::with_capacity(units.len());
+        {
+            let mut flights = lock(&self.shared().flights);
+            let own: Vec<(EntryId, Unit)> = units
+                .iter()
+                .filter(|(id, _)| !flights.contains_key(id))
+                .copied()
+                .collect();
+            if let (Some(&(_, first)), Some(&(_, last))) = (own.first(), own.last()) {
+                let start = start_of(first);
+                let fetch = self.fetch_span(key, first, last, &own, origin);
+                for &(id, _) in &own {
+                    flights.insert(
+                        id,
+                        Flight {
+                            start,
+                            fetch: fetch.clone(),
+                        },
+                    );
+                }
+            }
+            for (id, _) in units {
+                if let Some(f) = flights.get(id) {
+                    waits.push(f.clone());
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(units.len());
+        for (&(_, unit), flight) in units.iter().zip(waits) {
+            let bytes = flight.fetch.await?;
+            out.push(match unit {
+                Unit::Whole => bytes,
+                Unit::Block(n) => {
+                    let from = (n * block - flight.start).min(bytes.len() as u64) as usize;
+                    let to = (from as u64 + block).min(bytes.len() as u64) as usize;
+                    bytes.slice(from..to)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// One request for units `first..=last` of `key` that fills the cache with `own` when
+    /// it lands, whoever is awaiting it then.
+    fn fetch_span(
+        &self,
+        key: &str,
+        first: Unit,
+        last: Unit,
+        own: &[(EntryId, Unit)],
+        origin: Option<&Origin>,
+    ) -> Fetch {
+        let (inner, shared) = (Arc::clone(&self.inner), Arc::clone(self.shared()));
+        let (key, own, origin) = (key.to_owned(), own.to_vec(), origin.cloned());
+        let block = shared.block_bytes;
+        async move {
+            let result = match (first, last) {
+                (Unit::Block(a), Unit::Block(b)) => {
+                    let mut end = (b + 1) * block;
+                    if let Some(o) = &origin {
+                        end = end.min(o.size);
+                    }
+                    inner.get_range(&key, a * block..end).await
+                }
+                _ => inner.get(&key).await,
+            };
+            Counters::add(&shared.counters.requests, 1);
+            if let Ok(bytes) = &result {
+                Counters::add(&shared.counters.bytes_fetched, bytes.len() as u64);
+                let several = own.len() > 1;
+                for &(_, unit) in &own {
+                    let piece = match unit {
+                        Unit::Whole => bytes.clone(),
+                        Unit::Block(n) => {
+                            let a = match first {
+                                Unit::Block(a) => a,
+                                Unit::Whole => 0,
+                            };
+                            let from = ((n - a) * block).min(bytes.len() as u64) as usize;
+                            let to = (from as u64 + block).min(bytes.len() as u64) as usize;
+                            bytes.slice(from..to)
+                        }
+                    };
+                    // An entry the object's size does not account for is from a rewrite
+                    // since the listing: answer with it, but do not keep it.
+                    let expected = origin.as_ref().map(|o| match unit {
+                        Unit::Whole => o.size,
+                        Unit::Block(n) => o.size.saturating_sub(n * block).min(block),
+                    });
+                    if expected.is_some_and(|e| e != piece.len() as u64) {
+                        continue;
+                    }
+                    // Its own copy when the request held several: a kept block must not
+                    // pin the whole response in memory.
+                    let piece = if several {
+                        Bytes::copy_from_slice(&piece)
+                    } else {
+                        piece
+                    };
+                    shared.store(&key, unit, origin.as_ref(), piece);
+                }
+            }
+            let mut flights = lock(&shared.flights);
+            for (id, _) in &own {
+                flights.remove(id);
+            }
+            result
+        }
+        .boxed()
+        .shared()
+    }
+
+    /// Serve `units` of `key`: memory, then disk, then one request for the rest.
+    async fn serve(
+        &self,
+        key: &str,
+        units: Vec<(EntryId, Unit)>,
+        origin: Option<Origin>,
+    ) -> Result<Vec<Bytes>> {
+        let ids: Vec<EntryId> = units.iter().map(|(id, _)| *id).collect();
+        let sources = self.shared().look_up(&ids);
+        let mut parts: Vec<Option<Bytes>> = Vec::with_capacity(units.len());
+        let mut on_disk = Vec::new();
+        for (i, source) in sources.into_iter().enumerate() {
+            match source {
+                Source::Have(bytes) => parts.push(Some(bytes)),
+                Source::Disk => {
+                    on_disk.push(i);
+                    parts.push(None);
+                }
+                Source::Fetch => parts.push(None),
+            }
+        }
+        if !on_disk.is_empty() {
+            let wanted = on_disk.iter().map(|&i| units[i]).collect();
+            let read = self.shared().read_disk(key, wanted, origin.clone()).await;
+            for (i, bytes) in on_disk.into_iter().zip(read) {
+                parts[i] = bytes;
+            }
+        }
+        let missing: Vec<(EntryId, Unit)> = units
+            .iter()
+            .zip(&parts)
+            .filter(|(_, p)| p.is_none())
+            .map(|(u, _)| *u)
+            .collect();
+        let counters = &self.shared().counters;
+        let served: u64 = parts.iter().flatten().map(|b| b.len() as u64).sum();
+        Counters::add(&counters.bytes_served, served);
+        Counters::add(&counters.misses, missing.len() as u64);
+        if !missing.is_empty() {
+            let mut fetched = self
+                .fetch(key, &missing, origin.as_ref())
+                .await?
+                .into_iter();
+            for part in parts.iter_mut().filter(|p| p.is_none()) {
+                *part = fetched.next();
+            }
+        }
+        Ok(parts.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+#[async_trait]
+impl<S: Storage + 'static> Storage for CacheStore<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        let origin = self.origin(key).await?;
+        let unit = (entry_id(key, Unit::Whole), Unit::Whole);
+        let mut parts = self.serve(key, vec![unit], origin).await?;
+        Ok(parts.pop().unwrap_or_default())
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        let origin = self.origin(key).await?;
+        let end = origin.as_ref().map_or(range.end, |o| range.end.min(o.size));
+        if range.start >= end {
+            // Empty, or past the end: the store answers as it does.
+            return self.inner.get_range(key, range).await;
+        }
+        let block = self.shared().block_bytes;
+        let blocks = blocks_of(&(range.start..end), block);
+        let first = blocks.start;
+        let units: Vec<(EntryId, Unit)> = blocks
+            .map(|n| (entry_id(key, Unit::Block(n)), Unit::Block(n)))
+            .collect();
+        let parts = self.serve(key, units, origin).await?;
+        // Cut the read out of its blocks: zero-copy when it lies within one.
+        let mut pieces = Vec::with_capacity(parts.len());
+        for (k, part) in parts.into_iter().enumerate() {
+            let at = (first + k as u64) * block;
+            let from = range.start.saturating_sub(at).min(part.len() as u64) as usize;
+            let to = (end - at).min(part.len() as u64) as usize;
+            if from < to {
+                pieces.push(part.slice(from..to));
+            }
+        }
+        Ok(match pieces.len() {
+            0 => Bytes::new(),
+            1 => pieces.pop().unwrap_or_default(),
+            _ => {
+                let mut out = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+                for p in pieces {
+                    out.extend_from_slice(&p);
+                }
+                out.freeze()
+            }
+        })
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let meta = self.inner.head(key).await?;
+        self.cache.learn([meta.clone()]);
+        Ok(meta)
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
+        let cache = self.cache.clone();
+        self.inner
+            .list(prefix)
+            .inspect(move |item| {
+                if let Ok(meta) = item {
+                    cache.learn([meta.clone()]);
+                }
+            })
+            .boxed()
+    }
+}
