@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::storage::layer::{RetryConfig, RetryStore};
+use loader_core::storage::layer::{CacheConfig, CachePolicy, RetryConfig, RetryStore};
 use loader_core::webdataset::{WebDataset, is_shard_url, shards_of, split_url};
 use loader_core::{
     DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, Pipeline, ShardOrder, StorageExt, from_url,
@@ -55,9 +55,31 @@ pub struct Args {
     /// Write a Chrome trace (chrome://tracing, Perfetto) of every fetch, decode and batch.
     #[arg(long, value_name = "FILE")]
     trace: Option<std::path::PathBuf>,
+    /// Cache what is read in this directory, so later epochs and later runs read from
+    /// local disk (a second process on the same directory reads it without writing).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// The disk cache's budget, e.g. 2GB or 512MiB.
+    #[arg(long, value_name = "SIZE", default_value = "16GiB", value_parser = parse_size)]
+    cache_size: u64,
+    /// The memory cache's budget (with or without --cache-dir); 0 for none.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    cache_memory: Option<u64>,
+    /// What a full cache keeps: `future` (what the coming epochs read soonest), `lru`, or
+    /// `pin-once` (what came first).
+    #[arg(long, value_name = "POLICY", default_value = "future")]
+    cache_policy: CachePolicy,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// A size as people write it: `2GB`, `512MiB`, `1.5 G`, or bytes.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    text.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{text:?} is not a size ({e}); write e.g. 2GB or 512MiB"))
 }
 
 /// How shards are shuffled.
@@ -166,7 +188,7 @@ pub fn main(args: Args) -> Result {
     if let Some(trace) = &trace {
         builder = builder.trace(std::sync::Arc::clone(trace));
     }
-    let mut loader = builder
+    let mut builder = builder
         .batch_size(args.batch_size)
         .shuffle(args.shuffle)
         .shard_order(args.order.into())
@@ -177,8 +199,19 @@ pub fn main(args: Args) -> Result {
         .error_policy(args.skip_errors.map_or(ErrorPolicy::Fail, |max_failures| {
             ErrorPolicy::Skip { max_failures }
         }))
-        .transform(Pipeline::imagenet_eval())
-        .build()?;
+        .transform(Pipeline::imagenet_eval());
+    let caching = args.cache_dir.is_some() || args.cache_memory.is_some_and(|m| m > 0);
+    if caching {
+        let defaults = CacheConfig::default();
+        builder = builder.cache(CacheConfig {
+            dir: args.cache_dir.clone(),
+            memory_bytes: args.cache_memory.unwrap_or(defaults.memory_bytes),
+            disk_bytes: args.cache_size,
+            policy: args.cache_policy,
+            ..defaults
+        });
+    }
+    let mut loader = builder.build()?;
     let total = loader.len() as u64 * args.epochs;
     let bar = ProgressBar::new(total);
     bar.set_style(
@@ -187,7 +220,10 @@ pub fn main(args: Args) -> Result {
     );
     let start = Instant::now();
     let (mut images, mut skipped) = (0usize, 0usize);
+    let mut epochs = Vec::new();
     for _ in 0..args.epochs {
+        let (epoch_start, epoch_images) = (Instant::now(), images);
+        let epoch_requests = requests.snapshot().requests;
         for batch in &mut loader {
             let batch = batch?;
             images += batch.len();
@@ -203,8 +239,16 @@ pub fn main(args: Args) -> Result {
             ));
             bar.inc(1);
         }
+        let seconds = epoch_start.elapsed().as_secs_f64();
+        epochs.push(serde_json::json!({
+            "images": images - epoch_images,
+            "seconds": seconds,
+            "images_per_sec": (images - epoch_images) as f64 / seconds.max(1e-9),
+            "requests": requests.snapshot().requests - epoch_requests,
+        }));
     }
     bar.finish_and_clear();
+    let cache = loader.cache().map(|c| c.snapshot());
     let seconds = start.elapsed().as_secs_f64();
     let summary = loader.metrics().map(|m| m.summary());
     drop(loader);
@@ -227,6 +271,27 @@ pub fn main(args: Args) -> Result {
             "bytes": requests.snapshot().bytes,
             "requests": requests.snapshot().requests,
             "bottleneck": summary.as_ref().map(|s| s.bottleneck()),
+            "epochs": epochs,
+            "cache": cache.map(|c| serde_json::json!({
+                "hits": c.memory_hits + c.disk_hits,
+                "memory_hits": c.memory_hits,
+                "disk_hits": c.disk_hits,
+                "misses": c.misses,
+                "hit_rate": c.hit_rate(),
+                "bytes_from_cache": c.bytes_served,
+                "bytes_fetched": c.bytes_fetched,
+                "requests": c.requests,
+                "validations": c.validations,
+                "evictions": c.memory.evictions + c.disk.evictions,
+                "rejected_admissions": c.memory.rejected + c.disk.rejected,
+                "memory_bytes": c.memory.bytes,
+                "memory_peak_bytes": c.memory.peak_bytes,
+                "disk_bytes": c.disk.bytes,
+                "disk_peak_bytes": c.disk.peak_bytes,
+                "corrupt": c.corrupt,
+                "stale": c.stale,
+                "write_errors": c.write_errors,
+            })),
         });
         println!("{json:#}");
     } else {
@@ -234,7 +299,19 @@ pub fn main(args: Args) -> Result {
             "{images} images ({skipped} skipped) in {seconds:.1} s: {:.0} img/s",
             images as f64 / seconds
         );
+        if epochs.len() > 1 {
+            for (e, epoch) in epochs.iter().enumerate() {
+                println!(
+                    "epoch {e}: {:.0} img/s, {} requests",
+                    epoch["images_per_sec"].as_f64().unwrap_or(0.0),
+                    epoch["requests"]
+                );
+            }
+        }
         println!("storage: {}", requests.snapshot());
+        if let Some(cache) = cache {
+            println!("cache: {cache}");
+        }
         if let Some(summary) = summary {
             println!("{summary}");
         }

@@ -72,6 +72,8 @@ pub struct Dataset {
     /// For sharded datasets: each item's chunk id, and each chunk's byte range.
     chunk_of: Arc<[u32]>,
     chunk_spans: Arc<[Range<u64>]>,
+    /// The objects read, as a listing or an index described them (size, version).
+    objects: Arc<[ObjectMeta]>,
 }
 
 /// How a manifest is written.
@@ -155,7 +157,21 @@ impl Dataset {
             shards: shards.into(),
             chunk_of: chunk_of.into(),
             chunk_spans: spans.into(),
+            objects: Arc::default(),
         })
+    }
+
+    /// The same dataset, knowing its objects as a listing or an index described them: a
+    /// cache checks its entries against their sizes and versions instead of asking the
+    /// store. Sources built from a listing or shard indexes set it.
+    pub fn with_objects(mut self, objects: Vec<ObjectMeta>) -> Self {
+        self.objects = objects.into();
+        self
+    }
+
+    /// The objects as the source saw them (empty for a manifest, which says nothing of them).
+    pub fn objects(&self) -> &[ObjectMeta] {
+        &self.objects
     }
 
     /// Its shards, when it is stored in shards (empty otherwise).
@@ -226,13 +242,15 @@ impl Dataset {
     /// `store`), e.g. by a caller that also looked for shards in it.
     pub fn image_folder_of(listed: Vec<ObjectMeta>, store: &str) -> Result<Self> {
         let mut folders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut objects = Vec::new();
         for meta in listed {
             let Some((class, _)) = meta.key.split_once('/') else {
                 continue;
             };
             let entry = folders.entry(class.to_owned()).or_default();
             if is_image(&meta.key) {
-                entry.push(meta.key);
+                entry.push(meta.key.clone());
+                objects.push(meta);
             }
         }
         if folders.is_empty() {
@@ -260,7 +278,7 @@ impl Dataset {
             items.extend(keys.into_iter().map(|key| Item::new(key, label as i64)));
             classes.push(class);
         }
-        Ok(Self::from_items(items, classes))
+        Ok(Self::from_items(items, classes).with_objects(objects))
     }
 
     /// [`Dataset::image_folder`] for synchronous callers: runs on a short-lived runtime of

@@ -30,6 +30,9 @@ pub enum Error {
     /// `state()` is not available (e.g. with `as_completed` order), or a state does not fit.
     #[error("state: {0}")]
     State(#[from] StateError),
+    /// The cache could not be opened (its directory cannot be created, locked or read).
+    #[error(transparent)]
+    Cache(#[from] loader_storage::layer::CacheError),
 }
 
 /// Results of this crate.

@@ -15,7 +15,7 @@ use loader_scheduler::{
     BatchPlan, Chunk, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
     SampleInfo, Stage, StageError, Weigh, WorkItem,
 };
-use loader_storage::layer::RetryConfig;
+use loader_storage::layer::{Cache, CacheConfig, RetryConfig};
 use loader_storage::{DynStorage, StorageExt};
 
 use crate::batch::{Batch, collate_into};
@@ -67,6 +67,7 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     shuffle_buffer: Option<usize>,
     rank: (usize, usize),
     epochs: Option<u64>,
+    cache: Option<CacheConfig>,
 }
 
 /// Loads batches of a [`Dataset`] from a store: a blocking `Iterator` and an async
@@ -93,6 +94,8 @@ pub struct DataLoader<T = Sample, B = Batch> {
     chunked: bool,
     /// Epochs to read at most: the engine does not run ahead past the last.
     epochs: Option<u64>,
+    /// The cache between the engine and the store, told the upcoming reads.
+    cache: Option<Cache>,
 }
 
 impl<T, B> std::fmt::Debug for DataLoader<T, B> {
@@ -165,6 +168,7 @@ impl DataLoader {
             shuffle_buffer: None,
             rank: (0, 1),
             epochs: None,
+            cache: None,
         }
     }
 }
@@ -311,6 +315,17 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// Cache what is read in memory and on local disk within `config`'s budgets, so later
+    /// epochs (and later runs on the same directory) read from the node. The loader tells
+    /// the cache its upcoming reads (this epoch's rest and the next two epochs'), which
+    /// [`CachePolicy::Future`](loader_storage::layer::CachePolicy::Future) keeps by; the
+    /// dataset's [`objects`](Dataset::objects) validate the entries, so a hit makes no
+    /// request. See [`loader_storage::layer::CacheStore`].
+    pub fn cache(mut self, config: CacheConfig) -> Self {
+        self.cache = Some(config);
+        self
+    }
+
     /// Check the settings and make the loader. Nothing is fetched before the first batch
     /// is asked for.
     pub fn build(self) -> Result<DataLoader<T, B>> {
@@ -375,6 +390,16 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             Some(retry) => Arc::new(storage.with_retry(retry)) as DynStorage,
             None => storage,
         };
+        // Outside the retry: a hit makes no request, a miss's request is retried below.
+        let (storage, cache) = match self.cache {
+            Some(config) => {
+                let store = storage.with_cache(config)?;
+                let cache = store.cache();
+                cache.learn(self.dataset.objects().iter().cloned());
+                (Arc::new(store) as DynStorage, Some(cache))
+            }
+            None => (storage, None),
+        };
         Ok(DataLoader {
             storage,
             dataset: self.dataset,
@@ -392,6 +417,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             metrics: None,
             chunked: chunked && sharded,
             epochs: self.epochs,
+            cache,
         })
     }
 }
@@ -440,6 +466,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             shuffle_buffer: self.shuffle_buffer,
             rank: self.rank,
             epochs: self.epochs,
+            cache: self.cache,
         }
     }
 }
@@ -499,6 +526,12 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         Ok(())
     }
 
+    /// The cache's handle, when [`cache`](DataLoaderBuilder::cache) was set: its
+    /// [`snapshot`](Cache::snapshot) counts hits, misses, bytes and evictions.
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
+    }
+
     /// The running engine's metrics (fetch, decode, queue and consumer timings).
     pub fn metrics(&self) -> Option<Arc<Metrics>> {
         self.metrics.clone()
@@ -530,7 +563,30 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         let (batch_size, drop_last, start) = (self.batch_size, self.drop_last, self.state);
         let chunked = self.chunked;
         let end = self.epochs.unwrap_or(u64::MAX);
+        let cache = self.cache.clone();
+        if let Some(cache) = &cache {
+            cache.forget_plan();
+            let ahead = (start.epoch..end).take(1 + CACHE_HORIZON as usize);
+            for epoch in ahead {
+                let from = if epoch == start.epoch {
+                    start
+                } else {
+                    LoaderState { epoch, position: 0 }
+                };
+                announce(cache, &*sampler, &dataset, from, chunked);
+            }
+        }
         (start.epoch..end.max(start.epoch)).flat_map(move |epoch| {
+            if let Some(cache) = &cache
+                && epoch > start.epoch
+                && let Some(ahead) = epoch.checked_add(CACHE_HORIZON).filter(|&e| e < end)
+            {
+                let from = LoaderState {
+                    epoch: ahead,
+                    position: 0,
+                };
+                announce(cache, &*sampler, &dataset, from, chunked);
+            }
             let batches = BatchSampler::new(Arc::clone(&sampler), batch_size, drop_last);
             let from = if epoch == start.epoch {
                 start.position
@@ -716,6 +772,47 @@ impl<T: Send + 'static, B> Stream for DataLoader<T, B> {
             Poll::Ready(raw) => Poll::Ready(this.handle(raw)),
         }
     }
+}
+
+/// Epochs ahead of the one being read whose reads the cache is told. Two reach the offline
+/// optimum in the hit-rate replay (`examples/cache_hit_rate.rs`) where one falls short
+/// under sampling with replacement (a sample skipped by the next epoch looks unneeded).
+const CACHE_HORIZON: u64 = 2;
+
+/// Tell `cache` the reads of the epoch of `state` from its position, as the engine makes
+/// them: an item each, or for a chunked order a chunk once per run of its items.
+fn announce(
+    cache: &Cache,
+    sampler: &dyn Sampler,
+    dataset: &Dataset,
+    state: LoaderState,
+    chunked: bool,
+) {
+    let last_use = chunked.then(|| chunk_last_uses(sampler, dataset, state));
+    let mut open = vec![false; if chunked { dataset.chunk_count() } else { 0 }];
+    let mut reads: Vec<(Arc<str>, Option<std::ops::Range<u64>>)> =
+        Vec::with_capacity(sampler.len());
+    for (k, index) in sampler.resume(state).enumerate() {
+        let Some(item) = dataset.get(index) else {
+            continue;
+        };
+        let chunk = last_use
+            .as_ref()
+            .and_then(|flags| Some((dataset.chunk(index)?, flags.get(k)?)));
+        match chunk {
+            Some(((id, range), &last)) => {
+                let Some(is_open) = open.get_mut(id as usize) else {
+                    continue;
+                };
+                if !*is_open {
+                    reads.push((Arc::clone(&item.key), Some(range)));
+                }
+                *is_open = !last;
+            }
+            None => reads.push((Arc::clone(&item.key), item.range.clone())),
+        }
+    }
+    cache.announce(reads.iter().map(|(key, range)| (&**key, range.clone())));
 }
 
 /// Positions further apart than this in the order do not share a fetched chunk: the engine

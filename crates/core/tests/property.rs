@@ -5,7 +5,8 @@
 //! prefetch, in-flight and thread counts (down to 1), start position, interruption and
 //! resume (followed or not by `set_epoch`), transient faults, stalls past the timeout and a
 //! panicking backend, and whether the bytes come from local disk, the in-process S3 server
-//! or that server behind the delay proxy: every epoch delivers each of its samples exactly
+//! or that server behind the delay proxy, and whether a cache (memory, disk, both; tiny
+//! budgets, any policy) sits in front of the store: every epoch delivers each of its samples exactly
 //! once, in the sampler's order, with the sample's own bytes, or reports it skipped with
 //! its key; nothing hangs (every run is under the watchdog) and no thread of the loader is
 //! left once it is dropped.
@@ -20,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use loader_core::sampler::{BatchSampler, RandomSampler, SequentialSampler};
 use loader_core::scheduler::THREAD_PREFIX;
-use loader_core::storage::layer::{FaultConfig, RetryConfig};
+use loader_core::storage::layer::{CacheConfig, CachePolicy, FaultConfig, RetryConfig};
 use loader_core::{
     DataLoader, Dataset, DistributedSampler, DynStorage, ErrorPolicy, Fetch, LoaderState, RawBatch,
     SampleInfo, Sampler, StorageExt, from_url,
@@ -86,6 +87,9 @@ struct Case {
     panic_at: Option<usize>,
     /// 0: local disk, 1: S3, 2: S3 behind the delay proxy.
     backend: u8,
+    /// 0: no cache, 1: a memory cache, 2: memory and disk, 3: disk only; budgets so small
+    /// that entries are evicted (and refused) all the time, by the policy `seed` picks.
+    cache: u8,
     seed: u64,
 }
 
@@ -119,6 +123,7 @@ fn case() -> impl Strategy<Value = Case> {
             prop::option::weighted(0.3, 0..MAX_ITEMS),
             prop_oneof![6 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)],
             any::<u64>(),
+            prop_oneof![3 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)],
         ),
     )
         .prop_flat_map(|(shape, engine, run, faults)| {
@@ -127,7 +132,7 @@ fn case() -> impl Strategy<Value = Case> {
                 let (items, batch_size, drop_last, shuffle, world_size) = shape;
                 let (fetch, decode_threads, prefetch) = engine;
                 let (start, interrupt_after, set_epoch_after_resume, passes) = run;
-                let (error_rate, stall_rate, panic_at, backend, seed) = faults;
+                let (error_rate, stall_rate, panic_at, backend, seed, cache) = faults;
                 Case {
                     items,
                     batch_size,
@@ -146,6 +151,7 @@ fn case() -> impl Strategy<Value = Case> {
                     stall_rate,
                     panic_at: panic_at.filter(|&i| i < items),
                     backend,
+                    cache,
                     seed,
                 }
             })
@@ -221,9 +227,21 @@ impl Case {
         }
     }
 
-    fn loader(&self) -> DataLoader<u64, Seen> {
+    fn loader(&self, cache_dir: &std::path::Path) -> DataLoader<u64, Seen> {
         let dataset = Dataset::from_pairs((0..self.items).map(|i| (format!("{i}.bin"), 0)));
-        let builder = DataLoader::builder(self.store(), dataset)
+        let mut builder = DataLoader::builder(self.store(), dataset);
+        if self.cache > 0 {
+            let policy = [CachePolicy::Lru, CachePolicy::PinOnce, CachePolicy::Future]
+                [(self.seed % 3) as usize];
+            builder = builder.cache(CacheConfig {
+                dir: (self.cache >= 2).then(|| cache_dir.to_path_buf()),
+                memory_bytes: if self.cache == 3 { 0 } else { 40 },
+                disk_bytes: 2_000,
+                policy,
+                ..CacheConfig::default()
+            });
+        }
+        let builder = builder
             .batch_size(self.batch_size)
             .drop_last(self.drop_last)
             .fetch(self.fetch)
@@ -336,7 +354,8 @@ fn run(case: Case) -> Result<(), TestCaseError> {
         epoch: case.start.0,
         position,
     };
-    let mut loader = case.loader();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let mut loader = case.loader(cache_dir.path());
     loader.resume(state).unwrap();
     for pass_no in 0..case.passes {
         let mut seen = Vec::new();
@@ -347,7 +366,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
             // A checkpoint, a new process: only the state survives.
             let checkpoint = serde_json::to_string(&loader.state().unwrap()).unwrap();
             drop(loader);
-            loader = case.loader();
+            loader = case.loader(cache_dir.path());
             let resumed: LoaderState = serde_json::from_str(&checkpoint).unwrap();
             loader.resume(resumed).unwrap();
             if case.set_epoch_after_resume {

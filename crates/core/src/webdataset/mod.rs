@@ -379,7 +379,15 @@ impl WebDataset {
             LabelSource::ClassName { classes, .. } => classes.clone(),
             _ => Vec::new(),
         };
-        Dataset::from_shards(items, classes, layouts)
+        let objects = indexes
+            .iter()
+            .map(|index| ObjectMeta {
+                key: index.shard.clone(),
+                size: index.size,
+                version: index.version.clone(),
+            })
+            .collect();
+        Ok(Dataset::from_shards(items, classes, layouts)?.with_objects(objects))
     }
 
     /// Consecutive samples in runs of at least `chunk_bytes`.

@@ -34,6 +34,7 @@ mod tier;
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -42,7 +43,7 @@ use bytes::{Bytes, BytesMut};
 use futures::future::{self, BoxFuture, FutureExt};
 use futures::stream::{BoxStream, StreamExt};
 
-use crate::{ObjectMeta, Result, Storage};
+use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
 use disk::{Disk, Job, Writer};
 use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id, file_len};
 use metrics::Counters;
@@ -168,6 +169,21 @@ struct TierStats {
 enum OnDisk {
     Present,
     Writing(Bytes),
+}
+
+/// The error for a store that panicked while reading `key`.
+fn panicked(backend: &str, key: &str, panic: &(dyn std::any::Any + Send)) -> Error {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned());
+    Error::new(
+        ErrorKind::Other,
+        backend,
+        key,
+        format!("the store panicked: {message}"),
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -606,7 +622,10 @@ impl<S: Storage + 'static> CacheStore<S> {
                     let counters = Arc::clone(&self.shared().counters);
                     async move {
                         Counters::add(&counters.validations, 1);
-                        inner.head(&key).await
+                        AssertUnwindSafe(inner.head(&key))
+                            .catch_unwind()
+                            .await
+                            .unwrap_or_else(|panic| Err(panicked(inner.name(), &key, &*panic)))
                     }
                     .boxed()
                     .shared()
@@ -691,21 +710,33 @@ impl<S: Storage + 'static> CacheStore<S> {
         own: &[(EntryId, Unit)],
         origin: Option<&Origin>,
     ) -> Fetch {
-        let (inner, shared) = (Arc::clone(&self.inner), Arc::clone(self.shared()));
+        // Weak: the flight map holds this future, and must not keep the cache alive.
+        let (inner, weak) = (Arc::clone(&self.inner), Arc::downgrade(self.shared()));
+        let counters = Arc::clone(&self.shared().counters);
         let (key, own, origin) = (key.to_owned(), own.to_vec(), origin.cloned());
-        let block = shared.block_bytes;
+        let block = self.shared().block_bytes;
         async move {
-            let result = match (first, last) {
-                (Unit::Block(a), Unit::Block(b)) => {
-                    let mut end = (b + 1) * block;
-                    if let Some(o) = &origin {
-                        end = end.min(o.size);
+            let request = async {
+                match (first, last) {
+                    (Unit::Block(a), Unit::Block(b)) => {
+                        let mut end = (b + 1) * block;
+                        if let Some(o) = &origin {
+                            end = end.min(o.size);
+                        }
+                        inner.get_range(&key, a * block..end).await
                     }
-                    inner.get_range(&key, a * block..end).await
+                    _ => inner.get(&key).await,
                 }
-                _ => inner.get(&key).await,
             };
-            Counters::add(&shared.counters.requests, 1);
+            // A store that panics fails this read, not every later reader of the entry.
+            let result = AssertUnwindSafe(request)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| Err(panicked(inner.name(), &key, &*panic)));
+            Counters::add(&counters.requests, 1);
+            let Some(shared) = weak.upgrade() else {
+                return result;
+            };
             if let Ok(bytes) = &result {
                 Counters::add(&shared.counters.bytes_fetched, bytes.len() as u64);
                 let several = own.len() > 1;
