@@ -2,7 +2,7 @@
 //!
 //! Replays the read sequence a loader makes (its samplers' orders, epoch after epoch)
 //! through the real `CacheStore` (memory tier, budget a fraction of the dataset) over a
-//! store that makes its bytes up, announcing each epoch's order and the next one's as the
+//! store that makes its bytes up, announcing the reads of the epoch and the next two as the
 //! `DataLoader` does. The optimum is Belady's rule with bypass computed offline on the same
 //! sequence of entries. Every sample is the same size, so the optimum is exact.
 //!
@@ -24,6 +24,10 @@ use loader_core::{Sampler, SamplerState};
 
 const SAMPLE: u64 = 4096;
 const EPOCHS: u64 = 5;
+/// Epochs announced ahead of the one being read, as the `DataLoader` does. One ahead gives
+/// 0.930 of the optimum in the weighted case at 50%: a sample the next epoch happens to
+/// skip looks unneeded.
+const HORIZON: u64 = 2;
 
 /// Objects of `SAMPLE` bytes (or shards of many) whose bytes are made up on each read.
 #[derive(Debug)]
@@ -131,17 +135,13 @@ async fn replay(case: &Case, policy: CachePolicy, slots: u64) -> (u64, u64) {
             cache.announce(epoch_reads(case, epoch).map(|(k, r)| (k.as_str(), r.clone())));
         }
     };
-    let horizon: u64 = std::env::var("HORIZON")
-        .ok()
-        .and_then(|h| h.parse().ok())
-        .unwrap_or(1);
     for epoch in 0..EPOCHS {
         if epoch == 0 {
-            for e in 0..horizon {
+            for e in 0..HORIZON {
                 announce(e);
             }
         }
-        announce(epoch + horizon);
+        announce(epoch + HORIZON);
         for (key, range) in epoch_reads(case, epoch) {
             match range {
                 None => store.get(key).await.map(drop),
@@ -222,6 +222,10 @@ async fn main() {
                 rates[2] * 100.0,
                 best * 100.0,
                 rates[2] / best,
+            );
+            assert!(
+                rates[2] >= 0.98 * best,
+                "future-aware below 98% of the optimum"
             );
         }
     }

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::decoder::SampleData;
+use loader_core::storage::layer::{CacheConfig, StorageMetrics};
 use loader_core::webdataset::WebDataset;
-use loader_core::{DataLoader, Dataset, DynStorage, Pipeline, SampleKey, ShardOrder, from_url};
+use loader_core::{
+    DataLoader, Dataset, DynStorage, Pipeline, SampleKey, ShardOrder, StorageExt, from_url,
+};
 use loader_testkit::{DelayProxy, S3Server};
 
 use crate::report::{Cell, Report};
@@ -41,6 +44,11 @@ pub struct Args {
     /// loader's).
     #[arg(long)]
     max_decoded_mb: Option<u64>,
+    /// Also read each remote row through a disk cache as large as the dataset (async
+    /// only): a cell for the first, cold epoch (after the warm-up, to the epoch's end) and
+    /// one for the warm epochs after it; GET/img then counts the store's requests.
+    #[arg(long)]
+    cache: bool,
     /// Images per shard for the shard formats.
     #[arg(long, default_value_t = 256)]
     shard_images: usize,
@@ -294,24 +302,70 @@ pub fn main(args: Args) -> Result {
                         args.threads
                     },
                 );
-                let loader = DataLoader::builder(Arc::clone(&store), dataset.clone())
-                    .batch_size(args.batch_size)
-                    .fetch(fetch)
-                    .decode_threads(decode_threads)
-                    .prefetch(4)
-                    .shuffle(*format != Format::Files)
-                    .shard_order(if *format == Format::ShardsGlobal {
-                        ShardOrder::Global
-                    } else {
-                        ShardOrder::Local
-                    })
-                    .transform(Pipeline::imagenet_eval())
-                    .build()?;
-                let mut cell =
-                    measure(loader, row, *rtt, strategy, concurrency, &args, !args.json)?;
+                let loader_of = |store: DynStorage| {
+                    DataLoader::builder(store, dataset.clone())
+                        .batch_size(args.batch_size)
+                        .fetch(fetch)
+                        .decode_threads(decode_threads)
+                        .prefetch(4)
+                        .shuffle(*format != Format::Files)
+                        .shard_order(if *format == Format::ShardsGlobal {
+                            ShardOrder::Global
+                        } else {
+                            ShardOrder::Local
+                        })
+                        .transform(Pipeline::imagenet_eval())
+                };
+                let loader = loader_of(Arc::clone(&store)).build()?;
+                let mut cell = measure(
+                    loader,
+                    row,
+                    *rtt,
+                    strategy,
+                    concurrency,
+                    &args,
+                    None,
+                    !args.json,
+                )?;
                 cell.format = *format;
                 cells.push(cell);
                 ceilings.push(probe.measure()?);
+                if args.cache && rtt.is_some() && strategy == Strategy::Async {
+                    let warmup = Duration::from_secs_f64(args.warmup);
+                    let dir = root.join(".bench-cache");
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let counted = Arc::clone(&store).with_metrics();
+                    let requests = counted.metrics();
+                    let loader = loader_of(counted.into_dyn())
+                        .cache(CacheConfig {
+                            dir: Some(dir.clone()),
+                            // The disk tier alone: epoch two from local disk.
+                            memory_bytes: 0,
+                            disk_bytes: u64::MAX / 2,
+                            ..CacheConfig::default()
+                        })
+                        .build()?;
+                    let (mut cold, loader) =
+                        cold_epoch(loader, row, *rtt, concurrency, &requests, warmup)?;
+                    cold.format = *format;
+                    cells.push(cold);
+                    ceilings.push(probe.measure()?);
+                    let mut warm = measure(
+                        loader,
+                        row,
+                        *rtt,
+                        strategy,
+                        concurrency,
+                        &args,
+                        Some(&requests),
+                        !args.json,
+                    )?;
+                    warm.format = *format;
+                    warm.cache = Some("warm");
+                    cells.push(warm);
+                    ceilings.push(probe.measure()?);
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
             }
         }
     }
@@ -388,6 +442,62 @@ impl CeilingProbe {
 }
 
 /// Run one cell until its time or image budget is spent (across epochs if needed).
+/// The first epoch through an empty cache, timed from the end of the warm-up (as the other
+/// cells are) to the end of the epoch: a cell, and the loader to go on with.
+fn cold_epoch(
+    mut loader: DataLoader,
+    row: &str,
+    rtt: Option<u64>,
+    concurrency: usize,
+    requests: &StorageMetrics,
+    warmup: Duration,
+) -> Result<(Cell, DataLoader)> {
+    reset_peak_rss();
+    let begun = Instant::now();
+    let mut clock = None;
+    let mut images = 0;
+    for batch in &mut loader {
+        let batch = batch?;
+        match clock {
+            None if begun.elapsed() >= warmup => {
+                clock = Some((Instant::now(), cpu_time(), requests.snapshot()));
+            }
+            None => {}
+            Some(_) => images += batch.len(),
+        }
+    }
+    let Some((start, cpu, before)) = clock else {
+        return Err("the cold epoch ended during its warm-up: generate more images".into());
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu = (cpu_time() - cpu).as_secs_f64();
+    let after = requests.snapshot();
+    let summary = loader.metrics().map(|m| m.summary());
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let cell = Cell {
+        row: row.to_owned(),
+        rtt_ms: rtt,
+        strategy: Strategy::Async,
+        concurrency,
+        images,
+        seconds,
+        images_per_sec: images as f64 / seconds,
+        mb_per_sec: (after.bytes - before.bytes) as f64 / 1e6 / seconds,
+        cpu_ms_per_image: cpu * 1e3 / images.max(1) as f64,
+        wait_p50_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p50)),
+        wait_p99_ms: summary.as_ref().map_or(0.0, |s| ms(s.consumer_wait.p99)),
+        bottleneck: summary.map(|s| s.bottleneck()).unwrap_or_default(),
+        format: Format::Files,
+        gets_per_image: (after.requests - before.requests) as f64 / images.max(1) as f64,
+        peak_rss_mb: peak_rss_mb(),
+        cache: Some("cold"),
+    };
+    Ok((cell, loader))
+}
+
+/// Measure `loader` over a window after its warm-up. GETs and bytes are the engine's
+/// fetches, or with `requests` the store's (under a cache, hits are fetches too).
+#[allow(clippy::too_many_arguments)]
 fn measure(
     mut loader: DataLoader,
     row: &str,
@@ -395,6 +505,7 @@ fn measure(
     strategy: Strategy,
     concurrency: usize,
     args: &Args,
+    requests: Option<&StorageMetrics>,
     progress: bool,
 ) -> Result<Cell> {
     let bar = if progress {
@@ -412,11 +523,15 @@ fn measure(
         Duration::from_secs_f64(args.warmup),
     );
     // The clock, the CPU time and the bytes fetched when the warm-up ended.
-    let fetched = |loader: &DataLoader| {
-        loader.metrics().map_or((0, 0), |m| {
+    let fetched = |loader: &DataLoader| match requests {
+        Some(r) => {
+            let s = r.snapshot();
+            (s.bytes, s.requests)
+        }
+        None => loader.metrics().map_or((0, 0), |m| {
             let s = m.summary();
             (s.bytes, s.fetch.count)
-        })
+        }),
     };
     let begun = Instant::now();
     reset_peak_rss();
@@ -448,16 +563,11 @@ fn measure(
     let seconds = start.elapsed().as_secs_f64();
     let cpu = (cpu_time() - cpu).as_secs_f64();
     let summary = loader.metrics().map(|m| m.summary());
+    let (fetched, gets) = fetched(&loader);
     drop(loader);
     bar.finish_and_clear();
-    let fetched = summary
-        .as_ref()
-        .map_or(0, |s| s.bytes)
-        .saturating_sub(fetched_before.0);
-    let gets = summary
-        .as_ref()
-        .map_or(0, |s| s.fetch.count)
-        .saturating_sub(fetched_before.1);
+    let fetched = fetched.saturating_sub(fetched_before.0);
+    let gets = gets.saturating_sub(fetched_before.1);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Ok(Cell {
         row: row.to_owned(),
@@ -475,5 +585,6 @@ fn measure(
         format: Format::Files,
         gets_per_image: gets as f64 / images.max(1) as f64,
         peak_rss_mb: peak_rss_mb(),
+        cache: None,
     })
 }

@@ -41,6 +41,8 @@ pub struct Cell {
     pub gets_per_image: f64,
     /// Peak resident memory of the process (loader and in-process server) during the cell.
     pub peak_rss_mb: Option<f64>,
+    /// With `--cache`: `cold` for the first epoch through an empty cache, `warm` after it.
+    pub cache: Option<&'static str>,
 }
 
 /// A cell with the ratios that need the other cells.
@@ -53,6 +55,8 @@ pub struct Derived {
     pub speedup_over_sequential: Option<f64>,
     /// Images/s over the same strategy's at 0 ms RTT.
     pub latency_hiding: Option<f64>,
+    /// Images/s over the same strategy's on local disk.
+    pub vs_local: Option<f64>,
     /// The evaluation pipeline alone on one core, images/s: the mean of the runs just
     /// before and just after this cell, the unit of its efficiency.
     pub one_core_images_per_sec: f64,
@@ -97,7 +101,18 @@ impl Report {
         let at_zero = |format: crate::bench::Format, strategy: Strategy| {
             cells
                 .iter()
-                .find(|c| c.rtt_ms == Some(0) && c.strategy == strategy && c.format == format)
+                .find(|c| {
+                    c.rtt_ms == Some(0)
+                        && c.cache.is_none()
+                        && c.strategy == strategy
+                        && c.format == format
+                })
+                .map(|c| c.images_per_sec)
+        };
+        let local = |format: crate::bench::Format, strategy: Strategy| {
+            cells
+                .iter()
+                .find(|c| c.rtt_ms.is_none() && c.strategy == strategy && c.format == format)
                 .map(|c| c.images_per_sec)
         };
         let ceiling = median(&ceilings);
@@ -115,6 +130,10 @@ impl Report {
                     .rtt_ms
                     .and(at_zero(c.format, c.strategy))
                     .map(|z| c.images_per_sec / z.max(1e-9)),
+                vs_local: c
+                    .rtt_ms
+                    .and(local(c.format, c.strategy))
+                    .map(|l| c.images_per_sec / l.max(1e-9)),
                 one_core_images_per_sec: beside(i),
                 efficiency: c.images_per_sec / (cores as f64 * beside(i)).max(1e-9),
                 cell: c.clone(),
@@ -147,19 +166,20 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "| storage | format | strategy | img/s | MB/s | GET/img | CPU ms/img | peak RSS MB | wait p50 ms | wait p99 ms | vs sequential | latency hiding | 1-core img/s | efficiency |"
+            "| storage | format | strategy | img/s | MB/s | GET/img | CPU ms/img | peak RSS MB | wait p50 ms | wait p99 ms | vs sequential | latency hiding | vs local disk | 1-core img/s | efficiency |"
         );
         let _ = writeln!(
             out,
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}x"));
         for d in &self.cells {
             let c = &d.cell;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} ({}) | {:.0} | {:.1} | {:.3} | {:.2} | {} | {:.1} | {:.1} | {} | {} | {:.0} | {:.0}% |",
+                "| {}{} | {} | {} ({}) | {:.0} | {:.1} | {:.3} | {:.2} | {} | {:.1} | {:.1} | {} | {} | {} | {:.0} | {:.0}% |",
                 c.row,
+                c.cache.map_or(String::new(), |t| format!(", {t} cache")),
                 serde_json::to_value(c.format)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -175,6 +195,7 @@ impl Report {
                 c.wait_p99_ms,
                 ratio(d.speedup_over_sequential),
                 ratio(d.latency_hiding),
+                ratio(d.vs_local),
                 d.one_core_images_per_sec,
                 d.efficiency * 100.0
             );
@@ -210,7 +231,7 @@ impl Report {
         let points = |s: Strategy| -> Vec<(f64, f64)> {
             self.cells
                 .iter()
-                .filter(|d| d.cell.strategy == s)
+                .filter(|d| d.cell.strategy == s && d.cell.cache.is_none())
                 .filter_map(|d| d.cell.rtt_ms.map(|r| (r as f64, d.cell.images_per_sec)))
                 .collect()
         };
