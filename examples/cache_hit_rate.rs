@@ -23,6 +23,8 @@ use loader_core::storage::{ObjectMeta, Result, Storage};
 use loader_core::{Sampler, SamplerState};
 
 const SAMPLE: u64 = 4096;
+/// Samples per shard.
+const PER_SHARD: u64 = 100;
 const EPOCHS: u64 = 5;
 /// Epochs announced ahead of the one being read, as the `DataLoader` does. One ahead gives
 /// 0.930 of the optimum in the weighted case at 50%: a sample the next epoch happens to
@@ -45,7 +47,12 @@ impl Storage for MadeUp {
         Ok(Bytes::from(vec![0u8; (range.end - range.start) as usize]))
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        Ok(ObjectMeta::new(key, SAMPLE))
+        let samples = if key.starts_with("shard") {
+            PER_SHARD
+        } else {
+            1
+        };
+        Ok(ObjectMeta::new(key, samples * SAMPLE))
     }
     fn list<'a>(&'a self, _: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
         Box::pin(futures::stream::empty())
@@ -65,7 +72,7 @@ struct Case {
 fn cases(n: usize) -> Vec<Case> {
     let objects: Vec<Read> = (0..n).map(|i| (format!("img/{i:06}.jpg"), None)).collect();
     // Shards of 100 samples, each sample one cache block (the block size is SAMPLE here).
-    let per_shard = 100;
+    let per_shard = PER_SHARD as usize;
     let shard_reads: Vec<Read> = (0..n)
         .map(|i| {
             let at = (i % per_shard) as u64 * SAMPLE;
@@ -116,33 +123,63 @@ fn epoch_reads<'a>(case: &'a Case, epoch: u64) -> impl Iterator<Item = &'a Read>
         .map(move |i| &case.reads[i])
 }
 
-/// Hits of the real cache with `policy` and room for `slots` samples.
-async fn replay(case: &Case, policy: CachePolicy, slots: u64) -> (u64, u64) {
-    let store = CacheStore::new(
-        MadeUp,
-        CacheConfig {
+/// Where a run stops and a new process resumes: (epoch, position in it).
+type Restart = Option<(u64, usize)>;
+
+/// Hits of the real cache with `policy` and room for `slots` samples: in memory, or with a
+/// `restart`, on disk (the new process finds the entries the first one wrote).
+async fn replay(case: &Case, policy: CachePolicy, slots: u64, restart: Restart) -> (u64, u64) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = match restart {
+        None => CacheConfig {
             dir: None,
             memory_bytes: slots * SAMPLE,
             policy,
             block_bytes: SAMPLE,
             ..CacheConfig::default()
         },
-    )
-    .expect("a cache");
-    let cache = store.cache();
-    let announce = |epoch: u64| {
-        if epoch < EPOCHS {
-            cache.announce(epoch_reads(case, epoch).map(|(k, r)| (k.as_str(), r.clone())));
+        Some(_) => CacheConfig {
+            dir: Some(dir.path().to_path_buf()),
+            memory_bytes: 0,
+            // An entry file is the sample and a 64-byte header (keys of 14 bytes, no version).
+            disk_bytes: slots * (SAMPLE + 64),
+            policy,
+            block_bytes: SAMPLE,
+        },
+    };
+    let open = || CacheStore::new(MadeUp, config.clone()).expect("a cache");
+    let (mut hits, mut reads) = (0, 0);
+    let mut store = open();
+    // What the DataLoader announces when it starts at `epoch`, `from`: the rest of that
+    // epoch and the next HORIZON epochs.
+    let announce = |store: &CacheStore<MadeUp>, epoch: u64, from: usize| {
+        for e in epoch..(epoch + 1 + HORIZON).min(EPOCHS) {
+            let skip = if e == epoch { from } else { 0 };
+            let reads = epoch_reads(case, e).skip(skip);
+            store
+                .cache()
+                .announce(reads.map(|(k, r)| (k.as_str(), r.clone())));
         }
     };
+    announce(&store, 0, 0);
     for epoch in 0..EPOCHS {
-        if epoch == 0 {
-            for e in 0..HORIZON {
-                announce(e);
-            }
+        if epoch > 0 && epoch + HORIZON < EPOCHS {
+            let reads = epoch_reads(case, epoch + HORIZON);
+            store
+                .cache()
+                .announce(reads.map(|(k, r)| (k.as_str(), r.clone())));
         }
-        announce(epoch + HORIZON);
-        for (key, range) in epoch_reads(case, epoch) {
+        for (position, (key, range)) in epoch_reads(case, epoch).enumerate() {
+            if restart == Some((epoch, position)) {
+                let s = store.cache().snapshot();
+                (hits, reads) = (
+                    s.memory_hits + s.disk_hits,
+                    s.memory_hits + s.disk_hits + s.misses,
+                );
+                drop(store);
+                store = open();
+                announce(&store, epoch, position);
+            }
             match range {
                 None => store.get(key).await.map(drop),
                 Some(r) => store.get_range(key, r.clone()).await.map(drop),
@@ -150,8 +187,9 @@ async fn replay(case: &Case, policy: CachePolicy, slots: u64) -> (u64, u64) {
             .expect("made-up reads do not fail");
         }
     }
-    let s = cache.snapshot();
-    (s.memory_hits, s.memory_hits + s.misses)
+    let s = store.cache().snapshot();
+    let hit = s.memory_hits + s.disk_hits;
+    (hits + hit, reads + hit + s.misses)
 }
 
 /// Belady's rule with bypass, offline: hits with room for `slots` entries.
@@ -202,19 +240,24 @@ async fn main() {
         "| dataset | cache | LRU | pin-once | future | optimum | future / optimum |\n\
          |---|---|---|---|---|---|---|"
     );
+    // A run stopped half-way through epoch 2 and resumed by a new process on the disk cache.
+    let restarts: [(&str, Restart); 2] = [
+        ("", None),
+        (", resumed at epoch 2.5 (disk)", Some((2, n / 2))),
+    ];
     for case in cases(n) {
         let trace: Vec<&Read> = (0..EPOCHS).flat_map(|e| epoch_reads(&case, e)).collect();
-        for fraction in [0.25, 0.5] {
+        for ((label, restart), fraction) in restarts.iter().flat_map(|r| [(r, 0.25), (r, 0.5)]) {
             let slots = (n as f64 * fraction) as u64;
             let mut rates = Vec::new();
             for policy in [CachePolicy::Lru, CachePolicy::PinOnce, CachePolicy::Future] {
-                let (hits, reads) = replay(&case, policy, slots).await;
+                let (hits, reads) = replay(&case, policy, slots, *restart).await;
                 assert_eq!(reads, trace.len() as u64);
                 rates.push(hits as f64 / reads as f64);
             }
             let best = optimum(&trace, slots as usize) as f64 / trace.len() as f64;
             println!(
-                "| {} | {:.0}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.3} |",
+                "| {}{label} | {:.0}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:.3} |",
                 case.name,
                 fraction * 100.0,
                 rates[0] * 100.0,

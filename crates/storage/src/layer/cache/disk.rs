@@ -57,6 +57,20 @@ impl Disk {
             Err(fs::TryLockError::WouldBlock) => false,
             Err(fs::TryLockError::Error(e)) => return Err(e),
         };
+        if owner {
+            // Who owns it, for the message another process prints.
+            lock.set_len(0)?;
+            write!(&lock, "{}", std::process::id())?;
+        } else {
+            let pid = fs::read_to_string(root.join("lock")).unwrap_or_default();
+            eprintln!(
+                "note: the cache directory {} is in use by another process (pid {}): this one \
+                 reads its entries but writes none; give each process (rank) a directory of \
+                 its own to cache what it reads",
+                root.display(),
+                pid.trim()
+            );
+        }
         let disk = Disk {
             root: root.to_path_buf(),
             entries,

@@ -341,12 +341,18 @@ impl Cache {
     pub fn announce<'a>(&self, reads: impl IntoIterator<Item = (&'a str, Option<Range<u64>>)>) {
         let block = self.shared.block_bytes;
         let mut state = lock(&self.shared.state);
+        let state = &mut *state;
+        let mut push = |id: EntryId| {
+            state.plan.push(id);
+            state.memory.announced(id, &mut state.plan);
+            state.disk.announced(id, &mut state.plan);
+        };
         for (key, range) in reads {
             match range {
-                None => state.plan.push(entry_id(key, Unit::Whole)),
+                None => push(entry_id(key, Unit::Whole)),
                 Some(range) => {
                     for n in blocks_of(&range, block) {
-                        state.plan.push(entry_id(key, Unit::Block(n)));
+                        push(entry_id(key, Unit::Block(n)));
                     }
                 }
             }

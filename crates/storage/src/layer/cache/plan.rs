@@ -27,14 +27,17 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Forget what was announced: the loader starts over (a resume, a new pass).
+    /// Forget what was announced: the loader starts over (a resume, a new pass). Positions
+    /// go on from where they were, so ranks computed before stay comparable with new ones.
     pub fn reset(&mut self) {
-        *self = Self::default();
+        self.uses.clear();
+        self.last = None;
+        self.clock = self.end;
     }
 
-    /// Whether anything was announced.
+    /// Whether anything is announced.
     pub fn is_empty(&self) -> bool {
-        self.end == 0
+        self.uses.is_empty()
     }
 
     /// Announce the next access, to `id`.

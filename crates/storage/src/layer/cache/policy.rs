@@ -67,6 +67,8 @@ pub(crate) trait Policy: Send {
     fn read(&mut self, id: EntryId, plan: &mut Plan);
     /// `id` left the tier.
     fn removed(&mut self, id: EntryId);
+    /// A read of `id`, held by the tier, was announced.
+    fn announced(&mut self, _id: EntryId, _plan: &mut Plan) {}
     /// Entries whose sizes add up to at least `need` bytes, to evict so that `incoming`
     /// fits; `None` if `incoming` should not be admitted.
     fn victims(
@@ -194,6 +196,13 @@ impl Policy for Future {
             self.order.remove(&(next, tick, id));
         }
     }
+    /// An entry ranked before its reads were announced (found on disk at start, or held
+    /// across a resume) moves to its place in the new plan.
+    fn announced(&mut self, id: EntryId, plan: &mut Plan) {
+        if self.rank.contains_key(&id) {
+            self.place(id, plan, false);
+        }
+    }
     fn victims(
         &mut self,
         incoming: EntryId,
@@ -283,6 +292,22 @@ mod tests {
             future.inserted(id, &mut plan2);
         }
         assert_eq!(future.victims(5, 1, &one, &mut plan2), Some(vec![2]));
+    }
+
+    #[test]
+    fn entries_held_before_the_plan_take_their_place_in_it() {
+        let mut plan = Plan::default();
+        let mut future = CachePolicy::Future.build();
+        for id in [1, 2] {
+            future.inserted(id, &mut plan);
+        }
+        plan.reset();
+        for id in [3, 1] {
+            plan.push(id);
+            future.announced(id, &mut plan);
+        }
+        // 2 is not needed again, 1 is: 2 goes first, and 3 (needed before 1) may come in.
+        assert_eq!(future.victims(3, 1, &one, &mut plan), Some(vec![2]));
     }
 
     #[test]

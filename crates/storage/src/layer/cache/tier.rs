@@ -60,6 +60,13 @@ impl<V> Tier<V> {
         Some(value)
     }
 
+    /// A read of `id` was announced: if held, the rule may rank it anew.
+    pub fn announced(&mut self, id: EntryId, plan: &mut Plan) {
+        if self.entries.contains_key(&id) {
+            self.policy.announced(id, plan);
+        }
+    }
+
     /// The entry, without telling the rule.
     pub fn peek_mut(&mut self, id: EntryId) -> Option<&mut V> {
         self.entries.get_mut(&id).map(|(_, v)| v)
