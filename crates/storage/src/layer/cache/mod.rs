@@ -62,6 +62,9 @@ pub const DEFAULT_BLOCK_BYTES: u64 = 1 << 20;
 /// written (memory stays bounded when the disk is slower than the network).
 const MAX_PENDING_WRITE_BYTES: u64 = 256 << 20;
 
+/// Announced reads are added to the plan this many at a time, releasing the lock between.
+const ANNOUNCE_SLICE: usize = 4096;
+
 /// How much to cache, where, and by which rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheConfig {
@@ -340,21 +343,24 @@ impl Cache {
     /// Some(range))` for a range. [`CachePolicy::Future`] keeps what is needed soonest.
     pub fn announce<'a>(&self, reads: impl IntoIterator<Item = (&'a str, Option<Range<u64>>)>) {
         let block = self.shared.block_bytes;
-        let mut state = lock(&self.shared.state);
-        let state = &mut *state;
-        let mut push = |id: EntryId| {
-            state.plan.push(id);
-            state.memory.announced(id, &mut state.plan);
-            state.disk.announced(id, &mut state.plan);
-        };
-        for (key, range) in reads {
-            match range {
-                None => push(entry_id(key, Unit::Whole)),
-                Some(range) => {
-                    for n in blocks_of(&range, block) {
-                        push(entry_id(key, Unit::Block(n)));
-                    }
-                }
+        let ids = reads.into_iter().flat_map(|(key, range)| {
+            let units: Box<dyn Iterator<Item = Unit>> = match range {
+                None => Box::new(std::iter::once(Unit::Whole)),
+                Some(range) => Box::new(blocks_of(&range, block).map(Unit::Block)),
+            };
+            units.map(move |unit| entry_id(key, unit))
+        });
+        // Hashed outside the lock and added a slice at a time: an epoch of a million reads
+        // must not hold up the reads being served meanwhile.
+        let mut ids = ids.peekable();
+        while ids.peek().is_some() {
+            let slice: Vec<EntryId> = ids.by_ref().take(ANNOUNCE_SLICE).collect();
+            let mut state = lock(&self.shared.state);
+            let state = &mut *state;
+            for id in slice {
+                state.plan.push(id);
+                state.memory.announced(id, &mut state.plan);
+                state.disk.announced(id, &mut state.plan);
             }
         }
     }
