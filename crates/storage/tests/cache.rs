@@ -52,11 +52,18 @@ fn config(dir: &Path, memory: u64, disk: u64) -> CacheConfig {
     }
 }
 
-/// Sum of the file lengths under `dir` (entries and files being written).
+/// Bytes the files under `dir` held at one instant, or fewer. A walk while the writer
+/// works would see a victim before its deletion and its replacement after its write, so
+/// only the files seen and still there once the walk is over are summed: a subset of the
+/// directory at that instant, which never exceeds what it really held.
 fn du(dir: &Path) -> u64 {
-    walk(dir)
-        .iter()
-        .map(|p| p.metadata().map_or(0, |m| m.len()))
+    let seen: Vec<(PathBuf, u64)> = walk(dir)
+        .into_iter()
+        .filter_map(|p| p.metadata().ok().map(|m| (p, m.len())))
+        .collect();
+    seen.iter()
+        .filter(|(p, _)| p.exists())
+        .map(|(_, len)| len)
         .sum()
 }
 
@@ -356,8 +363,9 @@ fn a_second_process_on_the_directory_reads_but_does_not_write() {
 }
 
 /// The child of `a_writer_killed_mid_write_leaves_nothing_servable`: writes big entries
-/// until it is killed.
+/// until it is killed. Ignored: only that test runs it, in a process of its own.
 #[test]
+#[ignore = "the child process of a_writer_killed_mid_write_leaves_nothing_servable"]
 fn child_writer_process() {
     let (Ok(data), Ok(cache)) = (
         std::env::var("LOADER_CACHE_CHILD_DATA"),
@@ -389,8 +397,8 @@ fn a_writer_killed_mid_write_leaves_nothing_servable() {
                 .args([
                     "--exact",
                     "child_writer_process",
+                    "--ignored",
                     "--nocapture",
-                    "--test-threads=1",
                 ])
                 .env("LOADER_CACHE_CHILD_DATA", data.path())
                 .env("LOADER_CACHE_CHILD_DIR", &cache_dir)

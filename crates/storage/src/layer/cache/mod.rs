@@ -174,6 +174,18 @@ enum OnDisk {
     Writing(Bytes),
 }
 
+/// `unit`'s bytes within a response that starts at byte `start` of the object.
+fn unit_in(response: &Bytes, start: u64, unit: Unit, block: u64) -> Bytes {
+    match unit {
+        Unit::Whole => response.clone(),
+        Unit::Block(n) => {
+            let len = response.len() as u64;
+            let from = (n * block).saturating_sub(start).min(len);
+            response.slice(from as usize..(from + block).min(len) as usize)
+        }
+    }
+}
+
 /// The error for a store that panicked while reading `key`.
 fn panicked(backend: &str, key: &str, panic: &(dyn std::any::Any + Send)) -> Error {
     let message = panic
@@ -370,11 +382,6 @@ impl Cache {
         lock(&self.shared.state).plan.reset();
     }
 
-    /// Whether reads were announced since the last [`forget_plan`](Self::forget_plan).
-    pub fn has_plan(&self) -> bool {
-        !lock(&self.shared.state).plan.is_empty()
-    }
-
     /// What this run knows of these objects (from a listing or an index): entries made
     /// from another size or version are not served, and no HEAD is made for them.
     pub fn learn(&self, objects: impl IntoIterator<Item = ObjectMeta>) {
@@ -542,18 +549,28 @@ impl Shared {
         // Served from disk: worth keeping in memory if the memory tier's rule says so.
         for ((id, _), payload) in units.iter().zip(&out) {
             if let Some(payload) = payload {
-                self.keep_in_memory(*id, payload.clone());
+                self.keep_in_memory(*id, payload, false);
             }
         }
         out
     }
 
-    fn keep_in_memory(&self, id: EntryId, bytes: Bytes) {
+    /// Keep `bytes` in memory if the rule takes them. `copy`: they are a slice of a larger
+    /// response, which a kept entry must not pin; copied only once the tier may take them.
+    fn keep_in_memory(&self, id: EntryId, bytes: &Bytes, copy: bool) {
         let mut state = lock(&self.state);
         let state = &mut *state;
-        if state.memory.budget() == 0 || state.memory.contains(id) {
+        if state.memory.budget() == 0
+            || state.memory.contains(id)
+            || bytes.len() as u64 > state.memory.budget()
+        {
             return;
         }
+        let bytes = if copy {
+            Bytes::copy_from_slice(bytes)
+        } else {
+            bytes.clone()
+        };
         match state
             .memory
             .admit(id, bytes.len() as u64, bytes, &mut state.plan)
@@ -566,10 +583,11 @@ impl Shared {
         }
     }
 
-    /// A fetched unit: into memory, and to the disk tier's writer.
-    fn store(&self, key: &str, unit: Unit, origin: Option<&Origin>, bytes: Bytes) {
+    /// A fetched unit: into memory, and to the disk tier's writer (which lets go of it,
+    /// and of the response it is a slice of, once written).
+    fn store(&self, key: &str, unit: Unit, origin: Option<&Origin>, bytes: Bytes, slice: bool) {
         let id = entry_id(key, unit);
-        self.keep_in_memory(id, bytes.clone());
+        self.keep_in_memory(id, &bytes, slice);
         let (Some(origin), Some(writer)) = (origin, &self.writer) else {
             return;
         };
@@ -658,7 +676,7 @@ impl<S: Storage + 'static> CacheStore<S> {
     }
 
     /// The bytes of `units` of `key` that neither tier had, by one request for the units no
-    /// other reader is already fetching. `span` gives a unit's byte range in the object.
+    /// other reader is already fetching.
     async fn fetch(
         &self,
         key: &str,
@@ -700,14 +718,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let mut out = Vec::with_capacity(units.len());
         for (&(_, unit), flight) in units.iter().zip(waits) {
             let bytes = flight.fetch.await?;
-            out.push(match unit {
-                Unit::Whole => bytes,
-                Unit::Block(n) => {
-                    let from = (n * block - flight.start).min(bytes.len() as u64) as usize;
-                    let to = (from as u64 + block).min(bytes.len() as u64) as usize;
-                    bytes.slice(from..to)
-                }
-            });
+            out.push(unit_in(&bytes, flight.start, unit, block));
         }
         Ok(out)
     }
@@ -751,20 +762,12 @@ impl<S: Storage + 'static> CacheStore<S> {
             };
             if let Ok(bytes) = &result {
                 Counters::add(&shared.counters.bytes_fetched, bytes.len() as u64);
-                let several = own.len() > 1;
+                let start = match first {
+                    Unit::Block(a) => a * block,
+                    Unit::Whole => 0,
+                };
                 for &(_, unit) in &own {
-                    let piece = match unit {
-                        Unit::Whole => bytes.clone(),
-                        Unit::Block(n) => {
-                            let a = match first {
-                                Unit::Block(a) => a,
-                                Unit::Whole => 0,
-                            };
-                            let from = ((n - a) * block).min(bytes.len() as u64) as usize;
-                            let to = (from as u64 + block).min(bytes.len() as u64) as usize;
-                            bytes.slice(from..to)
-                        }
-                    };
+                    let piece = unit_in(bytes, start, unit, block);
                     // An entry the object's size does not account for is from a rewrite
                     // since the listing: answer with it, but do not keep it.
                     let expected = origin.as_ref().map(|o| match unit {
@@ -774,14 +777,7 @@ impl<S: Storage + 'static> CacheStore<S> {
                     if expected.is_some_and(|e| e != piece.len() as u64) {
                         continue;
                     }
-                    // Its own copy when the request held several: a kept block must not
-                    // pin the whole response in memory.
-                    let piece = if several {
-                        Bytes::copy_from_slice(&piece)
-                    } else {
-                        piece
-                    };
-                    shared.store(&key, unit, origin.as_ref(), piece);
+                    shared.store(&key, unit, origin.as_ref(), piece, own.len() > 1);
                 }
             }
             let mut flights = lock(&shared.flights);

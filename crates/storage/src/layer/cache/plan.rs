@@ -35,11 +35,6 @@ impl Plan {
         self.clock = self.end;
     }
 
-    /// Whether anything is announced.
-    pub fn is_empty(&self) -> bool {
-        self.uses.is_empty()
-    }
-
     /// Announce the next access, to `id`.
     pub fn push(&mut self, id: EntryId) {
         if self.last == Some(id) {
