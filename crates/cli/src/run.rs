@@ -3,10 +3,11 @@
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::storage::layer::{CacheConfig, CachePolicy, RetryConfig, RetryStore};
-use loader_core::webdataset::{WebDataset, is_shard_url, shards_of, split_url};
+use loader_core::storage::layer::{CacheConfig, CachePolicy};
+use loader_core::webdataset::WebDataset;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, Pipeline, ShardOrder, StorageExt, from_url,
+    DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, Pipeline, ShardOrder, StorageExt,
+    from_url, store_url,
 };
 
 use crate::{Result, Strategy};
@@ -100,36 +101,17 @@ impl From<ReadOrder> for ShardOrder {
     }
 }
 
-/// The dataset at `url` on `store` (opened at the URL's root): shards named by the URL, a
-/// prefix of `.tar` shards, a manifest, or else an ImageFolder.
+/// The dataset at `url` on `store` (opened at the URL's root), with a progress bar while
+/// shards are indexed.
 pub fn open_dataset(
     url: &str,
     store: &DynStorage,
     manifest: Option<&str>,
     progress: bool,
 ) -> Result<Dataset> {
-    if let Some(key) = manifest {
-        return Ok(Dataset::manifest_blocking(&**store, key)?);
-    }
     let (bar, indexing) = crate::index::indexing_bar(progress);
-    let wds = WebDataset::new().progress(indexing);
-    let dataset = if is_shard_url(url) {
-        wds.load_blocking(store, &split_url(url)?.1.unwrap_or_default())?
-    } else {
-        // A prefix of shards, or an ImageFolder: one listing tells them apart (a `.tar` at
-        // the top) and serves either, with the shards' sizes and versions, so no HEAD.
-        let listed = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(RetryStore::new(&**store, RetryConfig::default()).list_all(""))?;
-        let store_name = store.name().to_owned();
-        let shards = shards_of(&listed);
-        if shards.is_empty() {
-            Dataset::image_folder_of(listed, &store_name)?
-        } else {
-            wds.load_metas_blocking(store, shards)?
-        }
-    };
+    let dataset =
+        Dataset::open_blocking(url, store, manifest, &WebDataset::new().progress(indexing))?;
     bar.finish_and_clear();
     Ok(dataset)
 }
@@ -159,11 +141,7 @@ pub fn main(args: Args) -> Result {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     // Retries and timeouts are the loader's defaults (and the dataset reads' own); the
     // metrics layer underneath counts every attempt.
-    let root = if is_shard_url(&args.url) {
-        split_url(&args.url)?.0
-    } else {
-        args.url.clone()
-    };
+    let root = store_url(&args.url)?;
     let store = from_url(&root, parse_options(&args.options)?)?.with_metrics();
     let requests = store.metrics();
     let store = store.into_dyn();

@@ -46,16 +46,20 @@ mod batch;
 mod buffer;
 mod dataset;
 mod error;
+mod export;
 mod loader;
+mod open;
 pub mod webdataset;
 
 pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
 pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout};
 pub use error::{CollateError, ConfigError, DatasetError, Error, Result, StateError};
+pub use export::{BatchTensors, DType, HostTensor, ShapeError};
 pub use loader::{
     Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, LoaderState, ShardOrder,
 };
+pub use open::store_url;
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};

@@ -1,0 +1,292 @@
+//! Hand a batch's memory to a foreign owner (Python, torch, a tensor library) without a copy.
+//!
+//! A [`HostTensor`] is what such an owner needs to describe memory it does not own (DLPack
+//! and Python's buffer protocol ask the same): an element type, a shape, C-contiguous strides
+//! and the bytes, at an address that stays put for as long as the tensor lives. Dropping it
+//! hands a batch buffer back to its loader for a later batch, as dropping the [`Batch`]
+//! would, so a consumer that lets go of its tensors keeps the loader's buffer reuse.
+
+use std::sync::Arc;
+
+use loader_scheduler::ItemError;
+
+use crate::batch::{Batch, BatchData};
+use crate::buffer::Buffer;
+
+/// The element type of a [`HostTensor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DType {
+    /// `u8`: decoded images.
+    U8,
+    /// `f32`: normalised tensors.
+    F32,
+    /// `i64`: labels (torch's `long`).
+    I64,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F32 => 4,
+            DType::I64 => 8,
+        }
+    }
+
+    /// The element's format character in Python's `struct` notation (the buffer protocol's).
+    pub fn format(self) -> &'static str {
+        match self {
+            DType::U8 => "B",
+            DType::F32 => "f",
+            DType::I64 => "q",
+        }
+    }
+
+    /// The name numpy and torch give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "uint8",
+            DType::F32 => "float32",
+            DType::I64 => "int64",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug)]
+enum Values {
+    U8(Buffer<u8>),
+    F32(Buffer<f32>),
+    I64(Buffer<i64>),
+}
+
+/// A shape whose element count is not the buffer's length.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("shape {shape:?} holds {} values, the buffer {len}", shape.iter().product::<usize>())]
+pub struct ShapeError {
+    /// The shape asked for.
+    pub shape: Vec<usize>,
+    /// The values there are.
+    pub len: usize,
+}
+
+/// A C-contiguous array in host memory with its element type and shape, owned by whoever
+/// holds it; see the [module](self) for why.
+#[derive(Debug)]
+pub struct HostTensor {
+    values: Values,
+    shape: Vec<usize>,
+}
+
+impl HostTensor {
+    fn checked(values: Values, len: usize, shape: Vec<usize>) -> Result<Self, ShapeError> {
+        if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(len) {
+            return Err(ShapeError { shape, len });
+        }
+        Ok(Self { values, shape })
+    }
+
+    /// `u8` values in `shape`.
+    pub fn u8(values: Buffer<u8>, shape: Vec<usize>) -> Result<Self, ShapeError> {
+        let len = values.len();
+        Self::checked(Values::U8(values), len, shape)
+    }
+
+    /// `f32` values in `shape`.
+    pub fn f32(values: Buffer<f32>, shape: Vec<usize>) -> Result<Self, ShapeError> {
+        let len = values.len();
+        Self::checked(Values::F32(values), len, shape)
+    }
+
+    /// `i64` values in `shape`.
+    pub fn i64(values: Buffer<i64>, shape: Vec<usize>) -> Result<Self, ShapeError> {
+        let len = values.len();
+        Self::checked(Values::I64(values), len, shape)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self.values {
+            Values::U8(_) => DType::U8,
+            Values::F32(_) => DType::F32,
+            Values::I64(_) => DType::I64,
+        }
+    }
+
+    /// The shape, outermost first.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Bytes from one index to the next along each dimension (C order).
+    pub fn strides(&self) -> Vec<usize> {
+        let mut strides = vec![0; self.shape.len()];
+        let mut step = self.dtype().size();
+        for (stride, &dim) in strides.iter_mut().zip(&self.shape).rev() {
+            *stride = step;
+            step *= dim;
+        }
+        strides
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.as_bytes().len() / self.dtype().size()
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The values' bytes, in native byte order.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.values {
+            Values::U8(v) => v,
+            Values::F32(v) => bytemuck::cast_slice(v),
+            Values::I64(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// The values' bytes, writable: a foreign owner takes its pointer from here, once, and
+    /// the address holds until the tensor is dropped.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.values {
+            Values::U8(v) => v,
+            Values::F32(v) => bytemuck::cast_slice_mut(v),
+            Values::I64(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+
+    /// The `f32` values, if that is the element type.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.values {
+            Values::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The `u8` values, if that is the element type.
+    pub fn as_u8(&self) -> Option<&[u8]> {
+        match &self.values {
+            Values::U8(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The `i64` values, if that is the element type.
+    pub fn as_i64(&self) -> Option<&[i64]> {
+        match &self.values {
+            Values::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A [`Batch`] taken apart for a foreign owner: images and labels as [`HostTensor`]s, the
+/// rest as it was.
+#[derive(Debug)]
+pub struct BatchTensors {
+    /// `[N, C, H, W]` f32 tensors or `[N, H, W, C]` u8 images, as the batch held them.
+    pub images: HostTensor,
+    /// `[N]` i64 labels.
+    pub labels: HostTensor,
+    /// Dataset index of each sample.
+    pub indices: Vec<u64>,
+    /// Each sample's key.
+    pub keys: Vec<Arc<str>>,
+    /// The epoch it belongs to.
+    pub epoch: u64,
+    /// Samples that failed and were skipped, with their errors.
+    pub skipped: Vec<ItemError>,
+}
+
+impl Batch {
+    /// The batch as [`HostTensor`]s, without copying its values; its buffer still goes back
+    /// to the loader when the images tensor is dropped.
+    pub fn into_tensors(self) -> BatchTensors {
+        let n = self.labels.len();
+        let values = match self.data {
+            BatchData::F32(v) => Values::F32(v),
+            BatchData::U8(v) => Values::U8(v),
+        };
+        let mut images = HostTensor {
+            values,
+            shape: self.shape.to_vec(),
+        };
+        // The collate makes shape and buffer together, so they agree; a hand-made batch
+        // whose do not keeps its values, flat, rather than a shape that overstates them.
+        if images.shape.iter().product::<usize>() != images.len() {
+            images.shape = vec![images.len()];
+        }
+        let labels = HostTensor {
+            values: Values::I64(Buffer::from(self.labels)),
+            shape: vec![n],
+        };
+        BatchTensors {
+            images,
+            labels,
+            indices: self.indices,
+            keys: self.keys,
+            epoch: self.epoch,
+            skipped: self.skipped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn strides_and_bytes_describe_the_values() {
+        let t = HostTensor::f32(Buffer::from(vec![1.0f32; 24]), vec![2, 3, 4]).unwrap();
+        assert_eq!(t.strides(), [48, 16, 4]);
+        assert_eq!(
+            (t.len(), t.as_bytes().len(), t.dtype()),
+            (24, 96, DType::F32)
+        );
+        assert_eq!(&t.as_bytes()[..4], &1.0f32.to_ne_bytes());
+        let err = HostTensor::u8(Buffer::from(vec![0u8; 5]), vec![2, 3]).unwrap_err();
+        assert_eq!(err.to_string(), "shape [2, 3] holds 6 values, the buffer 5");
+        assert!(
+            HostTensor::i64(Buffer::from(vec![]), vec![0, 7])
+                .unwrap()
+                .is_empty()
+        );
+        assert!(HostTensor::u8(Buffer::from(vec![0u8]), vec![usize::MAX, 2]).is_err());
+    }
+
+    #[test]
+    fn a_batch_hands_over_its_buffer_and_labels() {
+        let values: Vec<u8> = (0..2 * 2 * 2 * 3).map(|v| v as u8).collect();
+        let at = values.as_ptr();
+        let batch = Batch {
+            data: BatchData::U8(Buffer::from(values)),
+            shape: [2, 2, 2, 3],
+            labels: vec![4, 9],
+            indices: vec![10, 11],
+            keys: vec!["a".into(), "b".into()],
+            epoch: 3,
+            skipped: Vec::new(),
+        };
+        let mut t = batch.into_tensors();
+        assert_eq!(t.images.as_bytes().as_ptr(), at, "no copy");
+        assert_eq!(t.images.as_bytes_mut().as_ptr(), at);
+        assert_eq!(
+            (t.images.shape(), t.images.dtype()),
+            (&[2, 2, 2, 3][..], DType::U8)
+        );
+        assert_eq!(t.labels.as_i64(), Some(&[4i64, 9][..]));
+        assert_eq!((t.labels.shape(), t.epoch), (&[2][..], 3));
+    }
+}

@@ -1,0 +1,93 @@
+//! `loader_ml.Dataset`: a dataset opened from its URL, for inspection and for loaders.
+
+use std::collections::HashMap;
+
+use loader_core::webdataset::WebDataset;
+use loader_core::{Dataset, DynStorage, from_url, store_url};
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+
+use crate::errors;
+
+/// A dataset at a URL: an ImageFolder, WebDataset shards, or a manifest's list. Listing
+/// (and indexing shards) happens once, here; loaders made from it share it.
+#[pyclass(module = "loader_ml._native", name = "Dataset", frozen)]
+pub struct PyDataset {
+    pub(crate) store: DynStorage,
+    pub(crate) dataset: Dataset,
+}
+
+#[pymethods]
+impl PyDataset {
+    /// Open the dataset at `url` (`s3://bucket/prefix`, `http(s)://...`, `file:///dir` or a
+    /// path; shards as `s3://bucket/train-{000000..000127}.tar`), reading `manifest` (a CSV
+    /// `key,label` or JSON-lines key under the URL) instead of listing when given.
+    /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
+    #[new]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None))]
+    fn new(
+        py: Python<'_>,
+        url: String,
+        manifest: Option<String>,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<Self> {
+        let options = storage_options.unwrap_or_default();
+        let opened = py.detach(|| -> loader_core::Result<(DynStorage, Dataset)> {
+            let store = from_url(&store_url(&url)?, options)?;
+            let dataset =
+                Dataset::open_blocking(&url, &store, manifest.as_deref(), &WebDataset::new())?;
+            Ok((store, dataset))
+        });
+        match opened {
+            Ok((store, dataset)) => Ok(Self { store, dataset }),
+            // The store's name, never the URL as given: it may hold credentials.
+            Err(e) => Err(errors::raise(&e, "the dataset's store")),
+        }
+    }
+
+    /// Samples.
+    fn __len__(&self) -> usize {
+        self.dataset.len()
+    }
+
+    /// Class names, in label order.
+    #[getter]
+    fn classes(&self) -> Vec<String> {
+        self.dataset.classes().to_vec()
+    }
+
+    /// The store, as errors name it (e.g. `s3://bucket/train`).
+    #[getter]
+    fn backend(&self) -> String {
+        self.store.name().to_owned()
+    }
+
+    /// Shards (0 for a dataset of one object per sample).
+    #[getter]
+    fn num_shards(&self) -> usize {
+        self.dataset.shards().len()
+    }
+
+    /// Sample `index` as `(key, label)`; the key is the object's, or the sample's name
+    /// within its shard.
+    fn __getitem__(&self, index: isize) -> PyResult<(String, i64)> {
+        let len = self.dataset.len() as isize;
+        let at = if index < 0 { index + len } else { index };
+        let item = usize::try_from(at)
+            .ok()
+            .and_then(|i| self.dataset.get(i))
+            .ok_or_else(|| PyIndexError::new_err(format!("index {index} of {len} samples")))?;
+        let key = item.name.as_deref().unwrap_or(&item.key).to_owned();
+        Ok((key, item.label))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Dataset({} samples, {} classes, {} shards, at {})",
+            self.dataset.len(),
+            self.dataset.classes().len(),
+            self.dataset.shards().len(),
+            self.store.name()
+        )
+    }
+}
