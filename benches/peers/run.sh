@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Side by side with PyTorch: `loader bench` and PyTorch's DataLoader (vanilla and the
-# paper's threaded variant) on the same objects from the same `loader serve s3` endpoint,
+# Side by side with PyTorch: `loader bench`, the Python package (loader_ml) and PyTorch's
+# DataLoader (vanilla and the paper's threaded variant) on the same objects from the same `loader serve s3` endpoint,
 # at each round-trip time, then one table with the ratios.
 #
 #   benches/peers/run.sh [RTTS]      e.g. benches/peers/run.sh "0 10 50 100"
@@ -24,6 +24,8 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet torch torchvision boto3 pillow
 fi
+# The Python package, built from this checkout (release wheel, by maturin).
+"$venv/bin/pip" install --quiet --force-reinstall --no-deps ./crates/python
 
 cargo build --release -q -p loader-cli
 loader=target/release/loader
@@ -46,6 +48,10 @@ for rtt in $rtts; do
       --secret-key "$secret" --variant "$variant" --seconds "$seconds" --max-images "$max_images" \
       | sed "s/^{/{\"rtt_ms\": $rtt, /" >> "$results"
   done
+  echo "rtt $rtt ms: loader-ml (python)" >&2
+  "$venv/bin/python" benches/peers/loader_python.py --endpoint "$endpoint" --access-key "$key" \
+    --secret-key "$secret" --seconds "$seconds" --max-images "$max_images" \
+    | sed "s/^{/{\"rtt_ms\": $rtt, /" >> "$results"
   echo "rtt $rtt ms: loader" >&2
   "$loader" bench --endpoint "$endpoint" --bucket bench --option "aws_access_key_id=$key" \
     --option "aws_secret_access_key=$secret" --rtts "$rtt" --no-local --seconds "$seconds" \

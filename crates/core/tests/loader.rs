@@ -160,6 +160,46 @@ fn reused_batch_buffers_hold_the_same_values_as_fresh_ones() {
 }
 
 #[test]
+fn a_batch_handed_over_as_tensors_keeps_its_values_and_returns_its_buffer() {
+    let f = fixture();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .batch_size(6)
+        .transform(small())
+        .build()
+        .unwrap();
+    let batch = loader.next().unwrap().unwrap();
+    let (values, labels, at) = (batch.as_f32().unwrap().to_vec(), batch.labels.clone(), {
+        batch.as_f32().unwrap().as_ptr() as usize
+    });
+    let tensors = batch.into_tensors();
+    assert_eq!(
+        tensors.images.as_bytes().as_ptr() as usize,
+        at,
+        "handed over, not copied"
+    );
+    assert_eq!(tensors.images.as_f32().unwrap(), &values[..]);
+    assert_eq!(tensors.labels.as_i64().unwrap(), &labels[..]);
+    let [n, c, h, w] = [6, 3, 32, 32];
+    assert_eq!(tensors.images.shape(), &[n, c, h, w]);
+    assert_eq!(
+        tensors.images.strides(),
+        [c * h * w * 4, h * w * 4, w * 4, 4]
+    );
+    // A held tensor is never written into; a dropped one's buffer takes a later batch.
+    let second = loader.next().unwrap().unwrap();
+    assert_ne!(second.as_f32().unwrap().as_ptr() as usize, at);
+    assert_eq!(tensors.images.as_f32().unwrap(), &values[..]);
+    drop(second);
+    drop(tensors); // the last buffer handed back is the first taken
+    let third = loader.next().unwrap().unwrap();
+    assert_eq!(
+        third.as_f32().unwrap().as_ptr() as usize,
+        at,
+        "the dropped tensor's buffer was not reused"
+    );
+}
+
+#[test]
 fn skip_delivers_or_reports_every_index_exactly_once() {
     let f = fixture();
     let faulty =
