@@ -458,6 +458,30 @@ enum Source {
     Fetch,
 }
 
+/// How [`CacheStore::fetch`] gets one unit: from a request under way, from a tier that got
+/// it meanwhile, or from its file.
+enum Wait {
+    Flight(Flight),
+    Have(Bytes),
+    Disk,
+}
+
+/// `units` (sorted, as a read's are) cut into runs that one request each can fetch: blocks
+/// that follow each other, and a whole object alone.
+fn runs(units: &[(EntryId, Unit)]) -> Vec<&[(EntryId, Unit)]> {
+    let mut runs = Vec::new();
+    let mut start = 0;
+    for i in 1..=units.len() {
+        let joined = i < units.len()
+            && matches!((units[i - 1].1, units[i].1), (Unit::Block(a), Unit::Block(b)) if b == a + 1);
+        if !joined {
+            runs.push(&units[start..i]);
+            start = i;
+        }
+    }
+    runs
+}
+
 impl Shared {
     /// Look `ids` up, as reads: hits from memory (or the writer's queue), the rest marked
     /// for the disk or the store.
@@ -480,6 +504,25 @@ impl Shared {
                     Some(OnDisk::Present) => Source::Disk,
                     // Another process owns the directory: its entries are found by name.
                     None if disk_reader => Source::Disk,
+                    None => Source::Fetch,
+                }
+            })
+            .collect()
+    }
+
+    /// Which of `ids` a tier holds now: a look, not a read (no hit counted, the rule and
+    /// the plan untouched).
+    fn peek(&self, ids: &[EntryId]) -> Vec<Source> {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        ids.iter()
+            .map(|&id| {
+                if let Some(bytes) = state.memory.peek_mut(id) {
+                    return Source::Have(bytes.clone());
+                }
+                match state.disk.peek_mut(id) {
+                    Some(OnDisk::Writing(bytes)) => Source::Have(bytes.clone()),
+                    Some(OnDisk::Present) => Source::Disk,
                     None => Source::Fetch,
                 }
             })
@@ -675,8 +718,9 @@ impl<S: Storage + 'static> CacheStore<S> {
         Ok(Some(origin))
     }
 
-    /// The bytes of `units` of `key` that neither tier had, by one request for the units no
-    /// other reader is already fetching.
+    /// The bytes of `units` of `key` that neither tier had when looked up: each run of
+    /// consecutive units no other reader is fetching by one request, the others from the
+    /// flight that fetches them, or from a tier if their flight landed meanwhile.
     async fn fetch(
         &self,
         key: &str,
@@ -684,22 +728,31 @@ impl<S: Storage + 'static> CacheStore<S> {
         origin: Option<&Origin>,
     ) -> Result<Vec<Bytes>> {
         let block = self.shared().block_bytes;
-        let start_of = |unit: Unit| match unit {
-            Unit::Whole => 0,
-            Unit::Block(n) => n * block,
-        };
-        let mut waits: Vec<Flight> = Vec::with_capacity(units.len());
-        {
+        let waits: Vec<Wait> = {
             let mut flights = lock(&self.shared().flights);
-            let own: Vec<(EntryId, Unit)> = units
-                .iter()
-                .filter(|(id, _)| !flights.contains_key(id))
-                .copied()
+            let free: Vec<usize> = (0..units.len())
+                .filter(|&i| !flights.contains_key(&units[i].0))
                 .collect();
-            if let (Some(&(_, first)), Some(&(_, last))) = (own.first(), own.last()) {
-                let start = start_of(first);
-                let fetch = self.fetch_span(key, first, last, &own, origin);
-                for &(id, _) in &own {
+            // A flight stores its entries before it leaves the map: one that landed since
+            // the caller looked is in a tier now, and is not fetched again.
+            let ids: Vec<EntryId> = free.iter().map(|&i| units[i].0).collect();
+            let mut held: HashMap<usize, Source> =
+                free.iter().copied().zip(self.shared().peek(&ids)).collect();
+            let own: Vec<(EntryId, Unit)> = free
+                .iter()
+                .filter(|i| matches!(held.get(i), Some(Source::Fetch)))
+                .map(|&i| units[i])
+                .collect();
+            for run in runs(&own) {
+                let (Some(&(_, first)), Some(&(_, last))) = (run.first(), run.last()) else {
+                    continue;
+                };
+                let start = match first {
+                    Unit::Whole => 0,
+                    Unit::Block(n) => n * block,
+                };
+                let fetch = self.fetch_span(key, first, last, run, origin);
+                for &(id, _) in run {
                     flights.insert(
                         id,
                         Flight {
@@ -709,18 +762,52 @@ impl<S: Storage + 'static> CacheStore<S> {
                     );
                 }
             }
-            for (id, _) in units {
-                if let Some(f) = flights.get(id) {
-                    waits.push(f.clone());
+            (0..units.len())
+                .map(|i| match flights.get(&units[i].0) {
+                    Some(flight) => Wait::Flight(flight.clone()),
+                    None => match held.remove(&i) {
+                        Some(Source::Have(bytes)) => Wait::Have(bytes),
+                        _ => Wait::Disk,
+                    },
+                })
+                .collect()
+        };
+        let on_disk: Vec<(EntryId, Unit)> = units
+            .iter()
+            .zip(&waits)
+            .filter(|(_, w)| matches!(w, Wait::Disk))
+            .map(|(u, _)| *u)
+            .collect();
+        let mut from_disk = if on_disk.is_empty() {
+            Vec::new()
+        } else {
+            self.shared().read_disk(key, on_disk, origin.cloned()).await
+        }
+        .into_iter();
+        let mut out: Vec<Option<Bytes>> = Vec::with_capacity(units.len());
+        let mut again = Vec::new();
+        for (i, (&(_, unit), wait)) in units.iter().zip(waits).enumerate() {
+            out.push(match wait {
+                Wait::Flight(flight) => {
+                    let bytes = flight.fetch.await?;
+                    Some(unit_in(&bytes, flight.start, unit, block))
                 }
+                Wait::Have(bytes) => Some(bytes),
+                Wait::Disk => from_disk.next().flatten(),
+            });
+            if out[i].is_none() {
+                again.push(i);
             }
         }
-        let mut out = Vec::with_capacity(units.len());
-        for (&(_, unit), flight) in units.iter().zip(waits) {
-            let bytes = flight.fetch.await?;
-            out.push(unit_in(&bytes, flight.start, unit, block));
+        // Files dropped as corrupt or stale since: fetched after all.
+        if !again.is_empty() {
+            let missing: Vec<(EntryId, Unit)> = again.iter().map(|&i| units[i]).collect();
+            let fetched = Box::pin(self.fetch(key, &missing, origin)).await?;
+            for (i, bytes) in again.into_iter().zip(fetched) {
+                out[i] = Some(bytes);
+            }
         }
-        Ok(out)
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }
 
     /// One request for units `first..=last` of `key` that fills the cache with `own` when
