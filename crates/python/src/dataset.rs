@@ -11,6 +11,12 @@ use crate::errors;
 
 /// A dataset at a URL: an ImageFolder, WebDataset shards, or a manifest's list. Listing
 /// (and indexing shards) happens once, here; loaders made from it share it.
+///
+/// `Dataset(url, *, manifest=None, storage_options=None)`: `url` is `s3://bucket/prefix`,
+/// `http(s)://...`, `file:///dir` or a path, or shards as
+/// `s3://bucket/train-{000000..000127}.tar`; `manifest` a CSV (`key,label`) or JSON-lines key
+/// under it, read instead of listing; `storage_options` the store's settings (e.g.
+/// `aws_endpoint`, `aws_region`). `len(ds)`, `ds.classes`, `ds[i] == (key, label)`.
 #[pyclass(module = "loader_ml._native", name = "Dataset", frozen)]
 pub struct PyDataset {
     pub(crate) store: DynStorage,
