@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests: install it from this checkout into a virtualenv with the pinned
-# test requirements (torch from the package index is the CUDA build, about 6 GB and 2 minutes
-# the first time; it runs on CPU), then pytest. The virtualenv is kept, keyed by the pins,
+# test requirements (torch from the package index is the CUDA build: 5.5 GB and 258 s
+# the first time here; it runs on CPU), then pytest. The virtualenv is kept, keyed by the pins,
 # under LOADER_CACHE (default ~/.cache/loader).
 #
 # The tests start `loader serve s3` and run examples/dump_batches.rs from target/debug

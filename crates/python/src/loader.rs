@@ -37,7 +37,7 @@ pub struct PyLoader {
 }
 
 /// What one wait ended with.
-enum Step_ {
+enum Waited {
     Batch(loader_core::BatchTensors),
     Failed(loader_core::Error),
     EndOfEpoch,
@@ -62,22 +62,22 @@ impl PyLoader {
             .ok_or_else(|| PyRuntimeError::new_err("the loader is closed"))
     }
 
-    fn wait(&self) -> Step_ {
+    fn wait(&self) -> Waited {
         if self.closed.load(Ordering::Acquire) {
-            return Step_::Closed;
+            return Waited::Closed;
         }
         let mut guard = self.lock();
         let Some(loader) = guard.as_mut() else {
-            return Step_::Closed;
+            return Waited::Closed;
         };
         match self
             .runtime
             .block_on(async { tokio::time::timeout(TICK, StreamExt::next(loader)).await })
         {
-            Ok(Some(Ok(batch))) => Step_::Batch(batch.into_tensors()),
-            Ok(Some(Err(e))) => Step_::Failed(e),
-            Ok(None) => Step_::EndOfEpoch,
-            Err(_) => Step_::Waiting,
+            Ok(Some(Ok(batch))) => Waited::Batch(batch.into_tensors()),
+            Ok(Some(Err(e))) => Waited::Failed(e),
+            Ok(None) => Waited::EndOfEpoch,
+            Err(_) => Waited::Waiting,
         }
     }
 }
@@ -229,11 +229,11 @@ impl PyLoader {
     fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         loop {
             match py.detach(|| self.wait()) {
-                Step_::Waiting => py.check_signals()?,
-                Step_::EndOfEpoch => return Ok(None),
-                Step_::Closed => return Err(PyRuntimeError::new_err("the loader is closed")),
-                Step_::Failed(e) => return Err(errors::raise(&e, &self.backend)),
-                Step_::Batch(batch) => {
+                Waited::Waiting => py.check_signals()?,
+                Waited::EndOfEpoch => return Ok(None),
+                Waited::Closed => return Err(PyRuntimeError::new_err("the loader is closed")),
+                Waited::Failed(e) => return Err(errors::raise(&e, &self.backend)),
+                Waited::Batch(batch) => {
                     let skipped = PyList::empty(py);
                     for e in &batch.skipped {
                         skipped.append(Failure::of_item(e, &self.backend).into_py(py).value(py))?;
@@ -328,8 +328,7 @@ impl PyLoader {
     /// waiting in `next_batch` gets an error instead of a batch.
     fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        let loader = py.detach(|| self.lock().take());
-        py.detach(move || drop(loader));
+        py.detach(|| drop(self.lock().take()));
     }
 }
 
