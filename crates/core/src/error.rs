@@ -155,6 +155,19 @@ pub enum ConfigError {
         /// Whether the short batch is dropped.
         drop_last: bool,
     },
+    /// A `subset` outside the dataset or empty.
+    #[error("subset {start}..{end} is not a non-empty range of the dataset's {samples} samples")]
+    Subset {
+        /// First index asked for.
+        start: usize,
+        /// One past the last index asked for.
+        end: usize,
+        /// Samples in the dataset.
+        samples: usize,
+    },
+    /// A `subset` together with a sampler or `distributed`, which choose the indices too.
+    #[error("give either `subset` or a sampler / `distributed`, not both")]
+    SubsetAndSampler,
     /// The engine refused its settings.
     #[error(transparent)]
     Engine(#[from] loader_scheduler::ConfigError),

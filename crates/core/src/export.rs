@@ -125,6 +125,16 @@ impl HostTensor {
         &self.shape
     }
 
+    /// Give the values another shape with as many elements.
+    pub fn reshape(&mut self, shape: Vec<usize>) -> Result<(), ShapeError> {
+        let len = self.len();
+        if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(len) {
+            return Err(ShapeError { shape, len });
+        }
+        self.shape = shape;
+        Ok(())
+    }
+
     /// Bytes from one index to the next along each dimension (C order).
     pub fn strides(&self) -> Vec<usize> {
         let mut strides = vec![0; self.shape.len()];
@@ -187,6 +197,40 @@ impl HostTensor {
             Values::I64(v) => Some(v),
             _ => None,
         }
+    }
+
+    /// The `f32` values as a `Vec` of their own, without a copy, for an owner that takes
+    /// only a `Vec` (candle): the memory then leaves the loader's pool, which allocates
+    /// afresh for a later batch. The tensor back if its values are not `f32`.
+    pub fn into_f32_vec(self) -> Result<Vec<f32>, Self> {
+        match self.values {
+            Values::F32(v) => Ok(v.into_vec()),
+            values => Err(Self { values, ..self }),
+        }
+    }
+
+    /// The `u8` values as a `Vec`, as [`into_f32_vec`](Self::into_f32_vec).
+    pub fn into_u8_vec(self) -> Result<Vec<u8>, Self> {
+        match self.values {
+            Values::U8(v) => Ok(v.into_vec()),
+            values => Err(Self { values, ..self }),
+        }
+    }
+
+    /// The `i64` values as a `Vec`, as [`into_f32_vec`](Self::into_f32_vec).
+    pub fn into_i64_vec(self) -> Result<Vec<i64>, Self> {
+        match self.values {
+            Values::I64(v) => Ok(v.into_vec()),
+            values => Err(Self { values, ..self }),
+        }
+    }
+}
+
+/// The values' bytes: with `bytes::Bytes::from_owner` a tensor becomes shared bytes that
+/// give the buffer back to the loader when the last clone is dropped.
+impl AsRef<[u8]> for HostTensor {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 

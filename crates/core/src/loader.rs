@@ -9,7 +9,7 @@ use futures::Stream;
 use loader_decoder::{Output, Pipeline, Sample, SampleData, SampleKey};
 use loader_sampler::{
     BatchSampler, DistributedSampler, RandomSampler, Sampler, SamplerState, SequentialSampler,
-    ShardSampler,
+    ShardSampler, SubsetSampler,
 };
 use loader_scheduler::{
     BatchPlan, Chunk, Config, Engine, EngineError, ErrorPolicy, Fetch, Metrics, Order, RawBatch,
@@ -68,6 +68,7 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     rank: (usize, usize),
     epochs: Option<u64>,
     cache: Option<CacheConfig>,
+    subset: Option<std::ops::Range<usize>>,
 }
 
 /// Loads batches of a [`Dataset`] from a store: a blocking `Iterator` and an async
@@ -169,6 +170,7 @@ impl DataLoader {
             rank: (0, 1),
             epochs: None,
             cache: None,
+            subset: None,
         }
     }
 }
@@ -277,6 +279,15 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// Read only the samples whose dataset index is in `range`, shuffled within it under
+    /// `shuffle`: a train/validation split, or one device's part of a dataset (burn's
+    /// `DataLoader::slice`). Samples of shards are then read one ranged request each
+    /// (coalesced with neighbours), as under [`ShardOrder::Global`].
+    pub fn subset(mut self, range: std::ops::Range<usize>) -> Self {
+        self.subset = Some(range);
+        self
+    }
+
     /// How many epochs the run reads: the loader then fetches nothing past the last
     /// one (it runs ahead across epoch boundaries before it), and passes after it are empty.
     pub fn epochs(mut self, epochs: u64) -> Self {
@@ -340,11 +351,34 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             .map_err(|e| Error::from(ConfigError::Engine(e)))?;
         let sharded = !self.dataset.shards().is_empty();
         let (rank, world) = self.rank;
+        if let Some(range) = &self.subset {
+            if self.sampler.is_some() || world > 1 {
+                return Err(ConfigError::SubsetAndSampler.into());
+            }
+            if range.is_empty() || range.end > self.dataset.len() {
+                return Err(ConfigError::Subset {
+                    start: range.start,
+                    end: range.end,
+                    samples: self.dataset.len(),
+                }
+                .into());
+            }
+        }
         let (sampler, chunked): (Arc<dyn Sampler>, bool) = match (self.sampler, self.shuffle) {
             (Some(_), true) => {
                 return Err(ConfigError::SamplerAndShuffle.into());
             }
             (Some(s), false) => (s, false),
+            // Not chunked: a chunk at either end of the range holds samples outside it.
+            (None, shuffle) if self.subset.is_some() => {
+                let indices: Vec<usize> = self.subset.unwrap_or_default().collect();
+                let sampler = if shuffle {
+                    SubsetSampler::shuffled(indices, self.seed)
+                } else {
+                    SubsetSampler::new(indices)
+                };
+                (Arc::new(sampler), false)
+            }
             (None, true) if sharded && self.shard_order == ShardOrder::Local => {
                 let layout = self
                     .dataset
@@ -467,6 +501,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             rank: self.rank,
             epochs: self.epochs,
             cache: self.cache,
+            subset: self.subset,
         }
     }
 }
@@ -500,6 +535,31 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     /// The current epoch.
     pub fn epoch(&self) -> u64 {
         self.next_state().epoch
+    }
+
+    /// Make the next pass a whole epoch, as PyTorch's DataLoader is when iterated again
+    /// after a `break`: part way through an epoch, its rest is dropped and the pass reads
+    /// the next epoch; between epochs (the last batch delivered, or none yet) nothing
+    /// changes, and what was prefetched is kept. Returns the epoch the next pass reads.
+    pub fn to_epoch_start(&mut self) -> u64 {
+        let next = self.next_state();
+        if next.position != 0 {
+            self.restart(LoaderState {
+                epoch: next.epoch + 1,
+                position: 0,
+            });
+        } else {
+            // The last batch went out and the pass has yet to end: the engine, running
+            // ahead, already holds the next epoch's batches.
+            self.end_of_pass = false;
+        }
+        self.next_state().epoch
+    }
+
+    /// Samples an epoch reads (this rank's, for a distributed loader), counting those of a
+    /// last batch that `drop_last` drops.
+    pub fn samples_per_epoch(&self) -> usize {
+        self.sampler.len()
     }
 
     /// The state to checkpoint: resuming from it delivers exactly what this loader has not

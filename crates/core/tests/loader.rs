@@ -508,3 +508,71 @@ fn a_manifest_with_offsets_reads_samples_packed_in_one_file() {
         assert_eq!(seen, (0..40).collect::<Vec<_>>(), "{fetch:?}");
     }
 }
+
+#[test]
+fn a_subset_reads_its_range_once_per_epoch_and_refuses_what_it_cannot_read() {
+    let f = fixture();
+    let build = |range: std::ops::Range<usize>, shuffle| {
+        DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+            .batch_size(4)
+            .shuffle(shuffle)
+            .seed(9)
+            .subset(range)
+            .transform(small())
+            .build()
+    };
+    for shuffle in [false, true] {
+        let mut loader = build(10..25, shuffle).unwrap();
+        assert_eq!((loader.samples_per_epoch(), loader.len()), (15, 4));
+        let epochs: Vec<Vec<u64>> = (0..2)
+            .map(|_| (&mut loader).flat_map(|b| b.unwrap().indices).collect())
+            .collect();
+        for seen in &epochs {
+            let mut sorted = seen.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (10..25).collect::<Vec<u64>>());
+        }
+        assert_eq!(
+            epochs[0] != epochs[1],
+            shuffle,
+            "shuffled per epoch only if asked"
+        );
+    }
+    for range in [30..50, 5..5] {
+        let error = build(range, true).unwrap_err().to_string();
+        assert!(error.contains("subset"), "{error}");
+    }
+    let error = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .subset(0..10)
+        .distributed(0, 2)
+        .build()
+        .unwrap_err();
+    assert!(error.to_string().contains("not both"), "{error}");
+}
+
+#[test]
+fn to_epoch_start_drops_the_rest_of_an_epoch_but_keeps_a_finished_one() {
+    let f = fixture();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .batch_size(8)
+        .shuffle(true)
+        .transform(small())
+        .build()
+        .unwrap();
+    // Nothing read yet: epoch 0 stays.
+    assert_eq!(loader.to_epoch_start(), 0);
+    let first = loader.next().unwrap().unwrap();
+    assert_eq!(first.epoch, 0);
+    // Part way: the next pass is epoch 1, whole.
+    assert_eq!(loader.to_epoch_start(), 1);
+    let epoch: Vec<_> = (&mut loader).map(|b| b.unwrap()).collect();
+    assert!(epoch.iter().all(|b| b.epoch == 1));
+    assert_eq!(epoch.iter().map(|b| b.len()).sum::<usize>(), IMAGES);
+    // All of epoch 2 but the end of the pass: the next pass is epoch 3, not empty.
+    let epoch2: Vec<_> = (&mut loader).take(IMAGES / 8).map(|b| b.unwrap()).collect();
+    assert!(epoch2.iter().all(|b| b.epoch == 2));
+    assert_eq!(loader.to_epoch_start(), 3);
+    let epoch3: Vec<_> = (&mut loader).map(|b| b.unwrap()).collect();
+    assert_eq!(epoch3.len(), IMAGES / 8);
+    assert!(epoch3.iter().all(|b| b.epoch == 3));
+}

@@ -27,6 +27,9 @@ pub struct DatasetSpec {
     /// File size band in bytes to steer each image into by re-encoding with scaled noise
     /// (at most a few tries), or `None` to take what `noise` gives.
     pub target_bytes: Option<(usize, usize)>,
+    /// Whether each class has a colour of its own that tints its images, so a model can
+    /// learn the labels (training examples); otherwise content is independent of class.
+    pub learnable: bool,
 }
 
 /// One written image.
@@ -52,6 +55,7 @@ impl DatasetSpec {
             quality: 90,
             noise: 13.0,
             target_bytes: Some((90_000, 140_000)),
+            learnable: false,
         }
     }
 
@@ -66,12 +70,19 @@ impl DatasetSpec {
             quality: 85,
             noise: 10.0,
             target_bytes: None,
+            learnable: false,
         }
     }
 
     /// The same spec with another seed.
     pub fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+
+    /// The same spec with a colour per class (see [`learnable`](Self::learnable)).
+    pub fn learnable(mut self) -> Self {
+        self.learnable = true;
         self
     }
 
@@ -105,7 +116,11 @@ impl DatasetSpec {
             StdRng::seed_from_u64(self.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let w = rng.random_range(self.width.0..=self.width.1.max(self.width.0));
         let h = rng.random_range(self.height.0..=self.height.1.max(self.height.0));
-        let pixels = paint(&mut rng, w as usize, h as usize, noise);
+        let mut pixels = paint(&mut rng, w as usize, h as usize, noise);
+        if self.learnable {
+            let (_, label) = self.item(index);
+            tint(&mut pixels, class_colour(label, self.classes));
+        }
         let mut out = Vec::new();
         let (w16, h16) = (
             u16::try_from(w).map_err(io::Error::other)?,
@@ -202,6 +217,29 @@ impl DatasetSpec {
 
 /// A picture with some structure to it: a two-colour gradient, overlapping ellipses and
 /// rectangles, a smooth ripple and per-pixel noise, so decoders see realistic entropy.
+/// Hues spread round the colour wheel, one per class, at full saturation.
+fn class_colour(label: usize, classes: usize) -> [f32; 3] {
+    let h = 6.0 * label as f32 / classes.max(1) as f32;
+    let x = 1.0 - (h % 2.0 - 1.0).abs();
+    let (r, g, b) = match h as u32 {
+        0 => (1.0, x, 0.0),
+        1 => (x, 1.0, 0.0),
+        2 => (0.0, 1.0, x),
+        3 => (0.0, x, 1.0),
+        4 => (x, 0.0, 1.0),
+        _ => (1.0, 0.0, x),
+    };
+    [r * 255.0, g * 255.0, b * 255.0]
+}
+
+/// A third of the way towards `colour`: the image keeps its texture and random shapes, the
+/// class shows in its mean colour.
+fn tint(pixels: &mut [u8], colour: [f32; 3]) {
+    for (i, p) in pixels.iter_mut().enumerate() {
+        *p = (*p as f32 * (2.0 / 3.0) + colour[i % 3] / 3.0) as u8;
+    }
+}
+
 fn paint(rng: &mut StdRng, w: usize, h: usize, noise: f32) -> Vec<u8> {
     let colour = |rng: &mut StdRng| {
         [
