@@ -1,0 +1,105 @@
+//! A loader batch made into burn tensors on a device.
+
+use std::sync::Arc;
+
+use burn_core::data::dataset::DatasetError;
+use burn_tensor::{AllocationProperty, Bytes, DType, Device, Int, Tensor, TensorData};
+use loader_core::{Batch, HostTensor, ItemError};
+
+use crate::Error;
+
+/// Turns a loader [`Batch`] into what the training step takes, on `device`: burn's
+/// `Batcher` for a whole batch. Closures `Fn(Batch, &Device) -> Result<O, DatasetError>`
+/// are converters too.
+pub trait Convert<O>: Send + Sync {
+    /// The batch as `O` on `device`.
+    fn convert(&self, batch: Batch, device: &Device) -> Result<O, DatasetError>;
+}
+
+impl<O, F> Convert<O> for F
+where
+    F: Fn(Batch, &Device) -> Result<O, DatasetError> + Send + Sync,
+{
+    fn convert(&self, batch: Batch, device: &Device) -> Result<O, DatasetError> {
+        self(batch, device)
+    }
+}
+
+/// An image classification batch as burn tensors, with where each sample came from.
+#[derive(Debug)]
+pub struct ImageBatch {
+    /// `[N, C, H, W]` floats after a tensor transform; `[N, H, W, C]` (values 0-255) for
+    /// decoded images without one.
+    pub images: Tensor<4>,
+    /// `[N]` class indices.
+    pub targets: Tensor<1, Int>,
+    /// Each sample's dataset index.
+    pub indices: Vec<u64>,
+    /// Each sample's key in the store.
+    pub keys: Vec<Arc<str>>,
+    /// The epoch the batch belongs to.
+    pub epoch: u64,
+    /// Samples skipped under a skipping error policy, with their errors.
+    pub skipped: Vec<ItemError>,
+}
+
+/// The default converter: a batch as an [`ImageBatch`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Images;
+
+impl Convert<ImageBatch> for Images {
+    fn convert(&self, batch: Batch, device: &Device) -> Result<ImageBatch, DatasetError> {
+        let parts = batch.into_tensors();
+        Ok(ImageBatch {
+            images: images_tensor(parts.images, device)?,
+            targets: targets_tensor(parts.labels, device)?,
+            indices: parts.indices,
+            keys: parts.keys,
+            epoch: parts.epoch,
+            skipped: parts.skipped,
+        })
+    }
+}
+
+/// The tensor's values as burn data, sharing its memory: the buffer goes back to the
+/// loader once burn drops the last tensor made from them.
+fn data(tensor: HostTensor) -> Result<TensorData, DatasetError> {
+    let dtype = match tensor.dtype() {
+        loader_core::DType::U8 => DType::U8,
+        loader_core::DType::F32 => DType::F32,
+        loader_core::DType::I64 => DType::I64,
+        other => return Err(DatasetError::new(Error::DType(other))),
+    };
+    let shape = tensor.shape().to_vec();
+    let shared = bytes::Bytes::from_owner(tensor);
+    Ok(TensorData::from_bytes(
+        Bytes::from_shared(shared, AllocationProperty::Native),
+        shape,
+        dtype,
+    ))
+}
+
+/// Images as a burn float tensor on `device`: burn's flex CPU backend takes the batch's
+/// buffer as it is (f32 images); other backends copy it to their memory, and u8 images
+/// are converted to floats.
+pub fn images_tensor(images: HostTensor, device: &Device) -> Result<Tensor<4>, DatasetError> {
+    Ok(Tensor::from_data(data(with_rank::<4>(images))?, device))
+}
+
+/// Labels as a burn int tensor on `device`, in the device's int type.
+pub fn targets_tensor(labels: HostTensor, device: &Device) -> Result<Tensor<1, Int>, DatasetError> {
+    Ok(Tensor::from_data(data(with_rank::<1>(labels))?, device))
+}
+
+/// The tensor with `D` dimensions. The collate makes 4-D images and 1-D labels; a
+/// hand-made batch of another rank is padded with leading ones or flattened, so a wrong
+/// shape shows in the training step's shape check instead of a panic here.
+fn with_rank<const D: usize>(mut tensor: HostTensor) -> HostTensor {
+    if tensor.shape().len() != D {
+        let mut shape = vec![1; D];
+        shape[D - 1] = tensor.len();
+        // Cannot fail: the shape holds `len` elements.
+        let _ = tensor.reshape(shape);
+    }
+    tensor
+}

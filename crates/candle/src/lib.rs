@@ -1,0 +1,190 @@
+//! candle trains straight from loader: [`CandleLoader`] yields each batch as
+//! [`candle_core::Tensor`]s (images and labels) on a device, and [`to_candle`] makes one
+//! batch into them. On the CPU the batch's values move into the tensor without a copy.
+//!
+//! ```
+//! use candle_core::{DType, Device};
+//! use loader_candle::CandleLoader;
+//! use loader_core::{DataLoader, Dataset, Pipeline, from_url};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! loader_testkit::DatasetSpec::tiny(12, 3).write(dir.path())?;
+//! let store = from_url(&dir.path().to_string_lossy(), Vec::<(String, String)>::new())?;
+//! let dataset = Dataset::image_folder_blocking(&*store)?;
+//! let loader = DataLoader::builder(store, dataset)
+//!     .batch_size(5)
+//!     .shuffle(true)
+//!     .transform(Pipeline::imagenet_eval())
+//!     .build()?;
+//!
+//! let mut train = CandleLoader::new(loader, &Device::Cpu);
+//! for batch in &mut train {
+//!     let batch = batch?;
+//!     assert_eq!(batch.images.dims()[1..], [3, 224, 224]);
+//!     assert_eq!(batch.labels.dtype(), DType::I64);
+//! }
+//! // One pass is one epoch, as the loader's; the state is the loader's.
+//! assert_eq!(train.state()?.epoch, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Why moving and not sharing: a CPU tensor of candle owns a `Vec`, so the batch's buffer
+//! leaves the loader's pool, which allocates a new one for a later batch; copying into
+//! candle would allocate as much and copy too. BENCHMARKS.md ("burn and candle") measures
+//! what the lost reuse costs per batch.
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+use loader_core::{Batch, DataLoader, HostTensor, ItemError, LoaderState};
+
+/// Why a batch could not be had as candle tensors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The loader failed (a storage, decode or state error, with its key and backend).
+    #[error(transparent)]
+    Loader(#[from] loader_core::Error),
+    /// candle refused the tensor (e.g. the device is out of memory).
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// A batch as candle tensors, with where each sample came from.
+#[derive(Debug)]
+pub struct CandleBatch {
+    /// `[N, C, H, W]` f32 after a tensor transform; `[N, H, W, C]` u8 without one.
+    pub images: Tensor,
+    /// `[N]` i64 class indices.
+    pub labels: Tensor,
+    /// Each sample's dataset index.
+    pub indices: Vec<u64>,
+    /// Each sample's key in the store.
+    pub keys: Vec<Arc<str>>,
+    /// The epoch the batch belongs to.
+    pub epoch: u64,
+    /// Samples skipped under a skipping error policy, with their errors.
+    pub skipped: Vec<ItemError>,
+}
+
+/// `batch` as candle tensors on `device`: moved into them on the CPU, copied to the
+/// device's memory elsewhere.
+pub fn to_candle(batch: Batch, device: &Device) -> Result<CandleBatch, Error> {
+    let parts = batch.into_tensors();
+    Ok(CandleBatch {
+        images: tensor(parts.images, device)?,
+        labels: tensor(parts.labels, device)?,
+        indices: parts.indices,
+        keys: parts.keys,
+        epoch: parts.epoch,
+        skipped: parts.skipped,
+    })
+}
+
+/// A host tensor as a candle tensor of its element type and shape.
+pub fn tensor(host: HostTensor, device: &Device) -> Result<Tensor, Error> {
+    let shape = host.shape().to_vec();
+    let host = match host.into_f32_vec() {
+        Ok(values) => return Ok(Tensor::from_vec(values, shape, device)?),
+        Err(host) => host,
+    };
+    let host = match host.into_u8_vec() {
+        Ok(values) => return Ok(Tensor::from_vec(values, shape, device)?),
+        Err(host) => host,
+    };
+    match host.into_i64_vec() {
+        Ok(values) => Ok(Tensor::from_vec(values, shape, device)?),
+        Err(host) => Err(candle_core::Error::Msg(format!(
+            "no candle type for {} values",
+            host.dtype()
+        ))
+        .into()),
+    }
+}
+
+/// A loader whose batches are candle tensors on a device: a blocking `Iterator` of
+/// [`CandleBatch`]es with the loader's semantics (one pass is one epoch; `state()` and
+/// `resume()` continue an epoch exactly).
+#[derive(Debug)]
+pub struct CandleLoader {
+    loader: DataLoader,
+    device: Device,
+}
+
+impl CandleLoader {
+    /// Batches of `loader` on `device`.
+    pub fn new(loader: DataLoader, device: &Device) -> Self {
+        Self {
+            loader,
+            device: device.clone(),
+        }
+    }
+
+    /// Batches per epoch.
+    pub fn len(&self) -> usize {
+        self.loader.len()
+    }
+
+    /// Whether an epoch has no batch (never, for a built loader).
+    pub fn is_empty(&self) -> bool {
+        self.loader.is_empty()
+    }
+
+    /// The state to checkpoint; see [`DataLoader::state`].
+    pub fn state(&self) -> Result<LoaderState, Error> {
+        Ok(self.loader.state()?)
+    }
+
+    /// Continue from a saved state; see [`DataLoader::resume`].
+    pub fn resume(&mut self, state: LoaderState) -> Result<(), Error> {
+        Ok(self.loader.resume(state)?)
+    }
+
+    /// The epoch the next pass reads; see [`DataLoader::set_epoch`].
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.loader.set_epoch(epoch);
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.loader.epoch()
+    }
+
+    /// The device the batches are made on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The loader (its metrics, summary or cache).
+    pub fn loader(&self) -> &DataLoader {
+        &self.loader
+    }
+
+    /// The loader, to change (e.g. `to_epoch_start`).
+    pub fn loader_mut(&mut self) -> &mut DataLoader {
+        &mut self.loader
+    }
+
+    /// The loader back.
+    pub fn into_inner(self) -> DataLoader {
+        self.loader
+    }
+}
+
+impl Iterator for CandleLoader {
+    type Item = Result<CandleBatch, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let batch = match self.loader.next()? {
+            Ok(batch) => batch,
+            Err(e) => return Some(Err(e.into())),
+        };
+        Some(to_candle(batch, &self.device))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.loader.size_hint()
+    }
+}

@@ -1,0 +1,207 @@
+#![allow(clippy::unwrap_used)]
+//! loader's batches as candle tensors, on the test kit's S3 server (a real socket): values
+//! equal to the loader's own batches, moved rather than copied, one epoch per pass with
+//! every sample exactly once, resume, errors surfaced, parts disjoint and covering.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use candle_core::{DType, Device, Storage};
+use loader_candle::{CandleLoader, Error, to_candle};
+use loader_core::storage::ErrorKind;
+use loader_core::{
+    BatchData, DataLoader, DataLoaderBuilder, Dataset, DynStorage, LoaderState, Pipeline, from_url,
+};
+use loader_testkit::{DatasetSpec, HookedStore, S3Server, watchdog};
+
+const IMAGES: usize = 30;
+
+struct Fixture {
+    store: DynStorage,
+    dataset: Dataset,
+    _server: S3Server,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    DatasetSpec::tiny(IMAGES, 3)
+        .write(&dir.path().join("data"))
+        .unwrap();
+    let server = S3Server::start(dir.path()).unwrap();
+    let store = from_url("s3://data", server.options()).unwrap();
+    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+    Fixture {
+        store,
+        dataset,
+        _server: server,
+        _dir: dir,
+    }
+}
+
+/// Batches of 7 (the last short), shuffled with seed 3, 16 px tensors.
+fn builder(store: &DynStorage, dataset: &Dataset) -> DataLoaderBuilder {
+    let small = Pipeline::builder()
+        .resize(16)
+        .center_crop(16)
+        .to_tensor_normalized(&[0.0; 3], &[1.0; 3])
+        .build()
+        .unwrap();
+    DataLoader::builder(Arc::clone(store), dataset.clone())
+        .batch_size(7)
+        .shuffle(true)
+        .seed(3)
+        .transform(small)
+}
+
+fn candle(store: &DynStorage, dataset: &Dataset) -> CandleLoader {
+    CandleLoader::new(builder(store, dataset).build().unwrap(), &Device::Cpu)
+}
+
+fn pass(loader: &mut CandleLoader) -> Vec<u64> {
+    loader.flat_map(|b| b.unwrap().indices).collect()
+}
+
+#[test]
+fn batches_equal_the_loaders_own_in_shape_type_and_value() {
+    let f = fixture();
+    let mut own = builder(&f.store, &f.dataset).build().unwrap();
+    let mut ours = candle(&f.store, &f.dataset);
+    let mut batches = 0;
+    for (ours, theirs) in (&mut ours).zip(&mut own) {
+        let (ours, theirs) = (ours.unwrap(), theirs.unwrap());
+        assert_eq!(ours.images.dims(), &theirs.shape[..]);
+        assert_eq!(
+            (ours.images.dtype(), ours.labels.dtype()),
+            (DType::F32, DType::I64)
+        );
+        let pixels = ours.images.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(pixels, theirs.as_f32().unwrap());
+        assert_eq!(ours.labels.to_vec1::<i64>().unwrap(), theirs.labels);
+        assert_eq!((ours.indices, ours.keys), (theirs.indices, theirs.keys));
+        batches += 1;
+    }
+    assert_eq!(batches, IMAGES.div_ceil(7));
+}
+
+#[test]
+fn the_values_move_into_candle_without_a_copy() {
+    let f = fixture();
+    let mut loader = builder(&f.store, &f.dataset).build().unwrap();
+    let batch = loader.next().unwrap().unwrap();
+    let at = match &batch.data {
+        BatchData::F32(v) => v.as_ptr() as usize,
+        BatchData::U8(v) => v.as_ptr() as usize,
+    };
+    let tensors = to_candle(batch, &Device::Cpu).unwrap();
+    let (storage, layout) = tensors.images.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        panic!("not a CPU tensor")
+    };
+    let values = cpu.as_slice::<f32>().unwrap();
+    assert_eq!(layout.start_offset(), 0);
+    assert_eq!(values.as_ptr() as usize, at, "copied on the way in");
+}
+
+#[test]
+fn each_pass_is_one_epoch_with_every_sample_exactly_once() {
+    let f = fixture();
+    let mut loader = candle(&f.store, &f.dataset);
+    let all: Vec<u64> = (0..IMAGES as u64).collect();
+    let mut orders = Vec::new();
+    for epoch in 0..3 {
+        assert_eq!(loader.epoch(), epoch);
+        let seen = pass(&mut loader);
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, all, "epoch {epoch} repeated or lost a sample");
+        orders.push(seen);
+    }
+    assert_ne!(orders[0], orders[1], "the epochs were not shuffled afresh");
+}
+
+#[test]
+fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
+    let f = fixture();
+    let whole = pass(&mut candle(&f.store, &f.dataset));
+    let mut loader = candle(&f.store, &f.dataset);
+    let first: Vec<u64> = loader
+        .by_ref()
+        .take(2)
+        .flat_map(|b| b.unwrap().indices)
+        .collect();
+    let state = loader.state().unwrap();
+    assert_eq!(
+        state,
+        LoaderState {
+            epoch: 0,
+            position: 14
+        }
+    );
+    let mut restarted = candle(&f.store, &f.dataset);
+    restarted.resume(state).unwrap();
+    let rest = pass(&mut restarted);
+    assert_eq!(
+        [first, rest].concat(),
+        whole,
+        "resumed other samples than the rest"
+    );
+}
+
+#[test]
+fn a_storage_error_reaches_the_caller_as_an_error() {
+    let f = fixture();
+    let broken = f.dataset.get(4).unwrap().key.to_string();
+    let store: DynStorage = Arc::new(HookedStore::new(Arc::clone(&f.store), {
+        let broken = broken.clone();
+        move |key| {
+            (key == broken).then(|| {
+                Err(loader_core::storage::Error::new(
+                    ErrorKind::PermissionDenied,
+                    "s3://data",
+                    key,
+                    "access denied by the bucket policy",
+                ))
+            })
+        }
+    }));
+    let dataset = f.dataset.clone();
+    let errors = watchdog::within(
+        Duration::from_secs(60),
+        "an epoch with a denied key",
+        move || {
+            candle(&store, &dataset)
+                .filter_map(Result::err)
+                .collect::<Vec<_>>()
+        },
+    );
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(matches!(errors[0], Error::Loader(_)), "{:?}", errors[0]);
+    let message = errors[0].to_string();
+    assert!(message.contains(&broken), "the key is not named: {message}");
+    assert!(message.contains("access denied"), "{message}");
+}
+
+#[test]
+fn subsets_are_disjoint_and_cover_the_dataset() {
+    let f = fixture();
+    let mut seen = BTreeSet::new();
+    for range in [0..10, 10..25, 25..30] {
+        let loader = builder(&f.store, &f.dataset)
+            .subset(range.clone())
+            .build()
+            .unwrap();
+        let mut part = CandleLoader::new(loader, &Device::Cpu);
+        let mine = pass(&mut part);
+        assert_eq!(mine.len(), range.len());
+        for index in mine {
+            assert!(
+                range.contains(&(index as usize)),
+                "{index} is outside {range:?}"
+            );
+            assert!(seen.insert(index), "sample {index} is in two parts");
+        }
+    }
+    assert_eq!(seen, (0..IMAGES as u64).collect());
+}
