@@ -9,15 +9,16 @@
 //!
 //! `cargo bench -p loader-benches --bench loader`
 
+#[path = "support/memory.rs"]
+mod memory;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use loader_core::storage::backend::ObjectStoreAdapter;
-use loader_core::storage::backend::object_store::Flavor;
 use loader_core::storage::layer::Latency;
 use loader_core::{DataLoader, Dataset, DynStorage, Fetch, Pipeline, StorageExt};
 use loader_testkit::DatasetSpec;
-use object_store::ObjectStoreExt;
+use memory::memory_store;
 
 /// User + system CPU time of this process (loader and in-process server together).
 fn cpu_time() -> Duration {
@@ -70,22 +71,6 @@ fn run<T: Send + 'static, B>(
         println!("    {}", m.summary().bottleneck());
     }
     cell
-}
-
-fn memory_store(images: &[(String, Vec<u8>)]) -> DynStorage {
-    let inner = Arc::new(object_store::memory::InMemory::new());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
-    for (key, bytes) in images {
-        rt.block_on(inner.put(&key.as_str().into(), bytes.clone().into()))
-            .expect("put");
-    }
-    Arc::new(ObjectStoreAdapter::new(
-        inner,
-        "memory://bench",
-        Flavor::Memory,
-    ))
 }
 
 fn main() {
