@@ -52,13 +52,16 @@ fn config(dir: &Path, memory: u64, disk: u64) -> CacheConfig {
     }
 }
 
-/// Bytes the files under `dir` held at one instant, or fewer. A walk while the writer
+/// Bytes the files under `dirs` held at one instant, or fewer. A walk while the writer
 /// works would see a victim before its deletion and its replacement after its write, so
-/// only the files seen and still there once the walk is over are summed: a subset of the
-/// directory at that instant, which never exceeds what it really held.
-fn du(dir: &Path) -> u64 {
-    let seen: Vec<(PathBuf, u64)> = walk(dir)
-        .into_iter()
+/// only the files seen and still there once the whole walk is over are summed: a subset of
+/// the directories at that instant, which never exceeds what they really held. One walk
+/// for all of them: two sums of separate walks would count a victim seen in `entries/`
+/// before its deletion and its replacement seen in `tmp/` after, which never coexisted.
+fn du(dirs: &[PathBuf]) -> u64 {
+    let seen: Vec<(PathBuf, u64)> = dirs
+        .iter()
+        .flat_map(|dir| walk(dir))
         .filter_map(|p| p.metadata().ok().map(|m| (p, m.len())))
         .collect();
     seen.iter()
@@ -275,7 +278,7 @@ fn the_disk_stays_within_its_budget_while_reads_run() {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     peak.fetch_max(
-                        du(&dir.join("entries")) + du(&dir.join("tmp")),
+                        du(&[dir.join("entries"), dir.join("tmp")]),
                         Ordering::Relaxed,
                     );
                 }
