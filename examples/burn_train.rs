@@ -72,7 +72,7 @@ fn train(options: Options) -> Result<Timing, Box<dyn Error>> {
     let mut optimizer = AdamConfig::new().init();
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let mut timing = Timing::default();
-    'run: for epoch in 0.. {
+    'run: for epoch in 0u64.. {
         let mut batches = loader.iter();
         while let Some(batch) = timing.wait(|| batches.next()) {
             let ImageBatch {
@@ -86,14 +86,7 @@ fn train(options: Options) -> Result<Timing, Box<dyn Error>> {
                 model = optimizer.step(2e-3, model.clone(), grads);
                 Ok(value)
             })?;
-            if timing.steps() % 50 == 0 {
-                println!(
-                    "epoch {epoch} step {}: loss {:.3}",
-                    timing.steps(),
-                    timing.last_loss()
-                );
-            }
-            if timing.steps() >= options.steps {
+            if timing.after_step(epoch, options.steps) {
                 break 'run;
             }
         }

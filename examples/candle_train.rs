@@ -59,7 +59,7 @@ fn train(options: Options) -> Result<Timing, Box<dyn Error>> {
     let model = Cnn::new(VarBuilder::from_varmap(&vars, DType::F32, &device))?;
     let mut optimizer = candle_nn::AdamW::new_lr(vars.all_vars(), 2e-3)?;
     let mut timing = Timing::default();
-    'run: for epoch in 0.. {
+    'run: for epoch in 0u64.. {
         // One pass over the loader is one epoch.
         while let Some(batch) = timing.wait(|| loader.next()) {
             let CandleBatch { images, labels, .. } = batch?;
@@ -69,14 +69,7 @@ fn train(options: Options) -> Result<Timing, Box<dyn Error>> {
                 optimizer.backward_step(&loss)?;
                 Ok(loss.to_scalar::<f32>()?)
             })?;
-            if timing.steps() % 50 == 0 {
-                println!(
-                    "epoch {epoch} step {}: loss {:.3}",
-                    timing.steps(),
-                    timing.last_loss()
-                );
-            }
-            if timing.steps() >= options.steps {
+            if timing.after_step(epoch, options.steps) {
                 break 'run;
             }
         }

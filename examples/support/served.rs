@@ -69,11 +69,11 @@ pub const SIZE: usize = 48;
 /// A dataset on an S3 endpoint behind the delay proxy; the servers stop when dropped.
 pub struct Served {
     /// The store, through the proxy.
-    pub store: DynStorage,
+    store: DynStorage,
     /// Its ImageFolder listing.
-    pub dataset: Dataset,
+    dataset: Dataset,
     /// Square `SIZE` crops as normalised `[3, SIZE, SIZE]` tensors.
-    pub transform: Pipeline,
+    transform: Pipeline,
     _proxy: DelayProxy,
     _server: S3Server,
     _dir: tempfile::TempDir,
@@ -160,16 +160,21 @@ impl Timing {
         self.losses.len()
     }
 
-    /// The last step's loss.
-    pub fn last_loss(&self) -> f32 {
-        self.losses.last().copied().unwrap_or(f32::NAN)
+    /// After a step of `epoch`: print the loss every 50 steps, and say whether the run has
+    /// done its `steps`.
+    pub fn after_step(&self, epoch: u64, steps: usize) -> bool {
+        if self.steps().is_multiple_of(50) {
+            let loss = self.losses.last().copied().unwrap_or(f32::NAN);
+            println!("epoch {epoch} step {}: loss {loss:.3}", self.steps());
+        }
+        self.steps() >= steps
     }
 
     /// Mean loss of the first 5 steps (the untrained model's) and of the last tenth.
     pub fn first_and_last_loss(&self) -> (f32, f32) {
         let mean = |s: &[f32]| s.iter().sum::<f32>() / s.len().max(1) as f32;
         let n = self.losses.len();
-        let last = (n / 10).clamp(1.min(n), n);
+        let last = (n / 10).max(1).min(n);
         (
             mean(&self.losses[..5.min(n)]),
             mean(&self.losses[n - last..]),
@@ -177,7 +182,7 @@ impl Timing {
     }
 
     /// The share of the run spent waiting for data.
-    pub fn wait_share(&self) -> f64 {
+    fn wait_share(&self) -> f64 {
         let total = (self.wait + self.step).as_secs_f64();
         if total == 0.0 {
             0.0

@@ -83,23 +83,23 @@ fn data(tensor: HostTensor) -> Result<TensorData, DatasetError> {
 /// buffer as it is (f32 images); other backends copy it to their memory, and u8 images
 /// are converted to floats.
 pub fn images_tensor(images: HostTensor, device: &Device) -> Result<Tensor<4>, DatasetError> {
-    Ok(Tensor::from_data(data(with_rank::<4>(images))?, device))
+    Ok(Tensor::from_data(data(of_rank(images, 4)?)?, device))
 }
 
 /// Labels as a burn int tensor on `device`, in the device's int type.
 pub fn targets_tensor(labels: HostTensor, device: &Device) -> Result<Tensor<1, Int>, DatasetError> {
-    Ok(Tensor::from_data(data(with_rank::<1>(labels))?, device))
+    Ok(Tensor::from_data(data(of_rank(labels, 1)?)?, device))
 }
 
-/// The tensor with `D` dimensions. The collate makes 4-D images and 1-D labels; a
-/// hand-made batch of another rank is padded with leading ones or flattened, so a wrong
-/// shape shows in the training step's shape check instead of a panic here.
-fn with_rank<const D: usize>(mut tensor: HostTensor) -> HostTensor {
-    if tensor.shape().len() != D {
-        let mut shape = vec![1; D];
-        shape[D - 1] = tensor.len();
-        // Cannot fail: the shape holds `len` elements.
-        let _ = tensor.reshape(shape);
+/// The tensor if it has `rank` dimensions. The collate makes 4-D images and 1-D labels; a
+/// hand-made batch of another shape is an error here, where burn would panic.
+fn of_rank(tensor: HostTensor, rank: usize) -> Result<HostTensor, DatasetError> {
+    if tensor.shape().len() == rank {
+        Ok(tensor)
+    } else {
+        Err(DatasetError::new(Error::Rank {
+            rank,
+            shape: tensor.shape().to_vec(),
+        }))
     }
-    tensor
 }

@@ -29,6 +29,14 @@ pub enum Error {
     /// The batch holds values of a type burn has no element type for.
     #[error("no burn element type for {0} values")]
     DType(loader_core::DType),
+    /// A batch's tensor has another number of dimensions than burn's tensor type.
+    #[error("a {rank}-D tensor was expected, the batch holds shape {shape:?}")]
+    Rank {
+        /// Dimensions expected.
+        rank: usize,
+        /// The shape the batch holds.
+        shape: Vec<usize>,
+    },
     /// An iterator of this loader is still alive.
     #[error(
         "an iterator of this loader is still alive: drop it before starting another epoch or taking the state"
@@ -79,8 +87,8 @@ impl<O> BurnLoader<O> {
         device: &Device,
     ) -> Result<Self, Error> {
         let recipe: Recipe = Arc::new(recipe);
-        let loader = recipe().build()?;
-        Ok(Self::with_loader(
+        let loader = build(&recipe, None)?;
+        Ok(Self::from_parts(
             recipe,
             Arc::new(convert),
             device.clone(),
@@ -89,7 +97,7 @@ impl<O> BurnLoader<O> {
         ))
     }
 
-    fn with_loader(
+    fn from_parts(
         recipe: Recipe,
         convert: Arc<dyn Convert<O>>,
         device: Device,
@@ -116,13 +124,8 @@ impl<O> BurnLoader<O> {
 
     /// Another loader of `range` (all when `None`) on `device`, from the same recipe.
     fn rebuilt(&self, range: Option<Range<usize>>, device: &Device) -> Self {
-        let builder = (self.recipe)();
-        let builder = match &range {
-            Some(range) => builder.subset(range.clone()),
-            None => builder,
-        };
-        let loader = builder.build().map_err(Arc::new);
-        Self::with_loader(
+        let loader = build(&self.recipe, range.clone()).map_err(Arc::new);
+        Self::from_parts(
             Arc::clone(&self.recipe),
             Arc::clone(&self.convert),
             device.clone(),
@@ -174,6 +177,17 @@ impl<O> BurnLoader<O> {
     /// The device the batches are made on.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+}
+
+/// The recipe's loader, of the dataset indices in `range` (all when `None`).
+fn build(
+    recipe: &Recipe,
+    range: Option<Range<usize>>,
+) -> Result<loader_core::DataLoader, loader_core::Error> {
+    match range {
+        Some(range) => recipe().subset(range).build(),
+        None => recipe().build(),
     }
 }
 

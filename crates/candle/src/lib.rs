@@ -38,7 +38,7 @@
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use loader_core::{Batch, DataLoader, HostTensor, ItemError, LoaderState};
+use loader_core::{Batch, DataLoader, HostTensor, HostVec, ItemError, LoaderState};
 
 /// Why a batch could not be had as candle tensors.
 #[derive(Debug, thiserror::Error)]
@@ -85,23 +85,17 @@ pub fn to_candle(batch: Batch, device: &Device) -> Result<CandleBatch, Error> {
 
 /// A host tensor as a candle tensor of its element type and shape.
 pub fn tensor(host: HostTensor, device: &Device) -> Result<Tensor, Error> {
-    let shape = host.shape().to_vec();
-    let host = match host.into_f32_vec() {
-        Ok(values) => return Ok(Tensor::from_vec(values, shape, device)?),
-        Err(host) => host,
-    };
-    let host = match host.into_u8_vec() {
-        Ok(values) => return Ok(Tensor::from_vec(values, shape, device)?),
-        Err(host) => host,
-    };
-    match host.into_i64_vec() {
-        Ok(values) => Ok(Tensor::from_vec(values, shape, device)?),
-        Err(host) => Err(candle_core::Error::Msg(format!(
-            "no candle type for {} values",
-            host.dtype()
-        ))
-        .into()),
-    }
+    let (shape, dtype) = (host.shape().to_vec(), host.dtype());
+    Ok(match host.into_vec() {
+        HostVec::F32(values) => Tensor::from_vec(values, shape, device)?,
+        HostVec::U8(values) => Tensor::from_vec(values, shape, device)?,
+        HostVec::I64(values) => Tensor::from_vec(values, shape, device)?,
+        _ => {
+            return Err(
+                candle_core::Error::Msg(format!("no candle type for {dtype} values")).into(),
+            );
+        }
+    })
 }
 
 /// A loader whose batches are candle tensors on a device: a blocking `Iterator` of

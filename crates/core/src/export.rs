@@ -125,16 +125,6 @@ impl HostTensor {
         &self.shape
     }
 
-    /// Give the values another shape with as many elements.
-    pub fn reshape(&mut self, shape: Vec<usize>) -> Result<(), ShapeError> {
-        let len = self.len();
-        if shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) != Some(len) {
-            return Err(ShapeError { shape, len });
-        }
-        self.shape = shape;
-        Ok(())
-    }
-
     /// Bytes from one index to the next along each dimension (C order).
     pub fn strides(&self) -> Vec<usize> {
         let mut strides = vec![0; self.shape.len()];
@@ -199,31 +189,28 @@ impl HostTensor {
         }
     }
 
-    /// The `f32` values as a `Vec` of their own, without a copy, for an owner that takes
-    /// only a `Vec` (candle): the memory then leaves the loader's pool, which allocates
-    /// afresh for a later batch. The tensor back if its values are not `f32`.
-    pub fn into_f32_vec(self) -> Result<Vec<f32>, Self> {
+    /// The values as a `Vec` of their own, without a copy, for an owner that takes only a
+    /// `Vec` (candle): the memory then leaves the loader's pool, which allocates afresh for
+    /// a later batch.
+    pub fn into_vec(self) -> HostVec {
         match self.values {
-            Values::F32(v) => Ok(v.into_vec()),
-            values => Err(Self { values, ..self }),
+            Values::U8(v) => HostVec::U8(v.into_vec()),
+            Values::F32(v) => HostVec::F32(v.into_vec()),
+            Values::I64(v) => HostVec::I64(v.into_vec()),
         }
     }
+}
 
-    /// The `u8` values as a `Vec`, as [`into_f32_vec`](Self::into_f32_vec).
-    pub fn into_u8_vec(self) -> Result<Vec<u8>, Self> {
-        match self.values {
-            Values::U8(v) => Ok(v.into_vec()),
-            values => Err(Self { values, ..self }),
-        }
-    }
-
-    /// The `i64` values as a `Vec`, as [`into_f32_vec`](Self::into_f32_vec).
-    pub fn into_i64_vec(self) -> Result<Vec<i64>, Self> {
-        match self.values {
-            Values::I64(v) => Ok(v.into_vec()),
-            values => Err(Self { values, ..self }),
-        }
-    }
+/// A [`HostTensor`]'s values taken out as a `Vec` of their element type.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum HostVec {
+    /// `u8` values.
+    U8(Vec<u8>),
+    /// `f32` values.
+    F32(Vec<f32>),
+    /// `i64` values.
+    I64(Vec<i64>),
 }
 
 /// The values' bytes: with `bytes::Bytes::from_owner` a tensor becomes shared bytes that

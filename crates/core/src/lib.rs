@@ -55,7 +55,7 @@ pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
 pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout};
 pub use error::{CollateError, ConfigError, DatasetError, Error, Result, StateError};
-pub use export::{BatchTensors, DType, HostTensor, ShapeError};
+pub use export::{BatchTensors, DType, HostTensor, HostVec, ShapeError};
 pub use loader::{
     Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, LoaderState, ShardOrder,
 };
