@@ -136,7 +136,7 @@ fn storage(e: &loader_core::storage::Error) -> Failure {
     let kind = match e.kind() {
         ErrorKind::NotFound => Kind::NotFound,
         ErrorKind::PermissionDenied => Kind::Permission,
-        ErrorKind::Transient | ErrorKind::Timeout => Kind::Transient,
+        ErrorKind::Transient | ErrorKind::Timeout | ErrorKind::Throttled => Kind::Transient,
         ErrorKind::InvalidKey | ErrorKind::Unsupported => Kind::Config,
         _ => Kind::Other,
     };

@@ -12,6 +12,9 @@ pub enum ErrorKind {
     Transient,
     /// The request did not finish in time.
     Timeout,
+    /// The store asked for fewer requests (429, 503 SlowDown): retried after a backoff, and
+    /// a sign to lower the request rate.
+    Throttled,
     /// The credentials are missing, wrong, or not allowed to read the object.
     PermissionDenied,
     /// The key is not acceptable to this store (escapes the root, empty, NUL, ...).
@@ -25,7 +28,10 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Whether repeating the same request may succeed: the retry layer retries only these.
     pub fn is_retryable(self) -> bool {
-        matches!(self, ErrorKind::Transient | ErrorKind::Timeout)
+        matches!(
+            self,
+            ErrorKind::Transient | ErrorKind::Timeout | ErrorKind::Throttled
+        )
     }
 
     fn describe(self) -> &'static str {
@@ -33,6 +39,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "not found",
             ErrorKind::Transient => "transient failure",
             ErrorKind::Timeout => "timed out",
+            ErrorKind::Throttled => "throttled",
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::InvalidKey => "invalid key",
             ErrorKind::Unsupported => "unsupported",
@@ -185,6 +192,7 @@ mod tests {
     #[test]
     fn only_transient_and_timeout_are_retryable() {
         assert!(ErrorKind::Transient.is_retryable());
+        assert!(ErrorKind::Throttled.is_retryable());
         assert!(ErrorKind::Timeout.is_retryable());
         for kind in [
             ErrorKind::NotFound,

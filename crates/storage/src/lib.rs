@@ -47,6 +47,7 @@ pub mod backend;
 mod error;
 mod key;
 pub mod layer;
+pub mod tally;
 mod url;
 
 pub use error::{Error, ErrorKind, Result};
@@ -169,6 +170,11 @@ pub trait StorageExt: Storage + Sized {
     /// Delay every request by a seeded draw from `latency`, to imitate remote storage.
     fn with_latency(self, latency: layer::Latency, seed: u64) -> layer::LatencyStore<Self> {
         layer::LatencyStore::new(self, latency, seed)
+    }
+
+    /// Answer reads above `per_second` with "503 SlowDown", as S3 does per prefix, for tests.
+    fn with_throttle(self, per_second: f64) -> layer::ThrottleStore<Self> {
+        layer::ThrottleStore::new(self, per_second)
     }
 
     /// Fail a seeded fraction of requests, for tests.

@@ -161,7 +161,9 @@ fn classify_chain(err: &(dyn std::error::Error + 'static)) -> ErrorKind {
                 404 | 410 => ErrorKind::NotFound,
                 405 | 501 => ErrorKind::Unsupported,
                 408 => ErrorKind::Timeout,
-                429 | 500..=599 => ErrorKind::Transient,
+                // S3 answers 503 SlowDown when a prefix takes more requests than it can.
+                429 | 503 => ErrorKind::Throttled,
+                500..=599 => ErrorKind::Transient,
                 _ => ErrorKind::Other,
             };
         }

@@ -149,7 +149,7 @@ fn map_error(backend: &str, key: &str, err: ::opendal::Error) -> Error {
         OdKind::NotFound | OdKind::IsADirectory | OdKind::NotADirectory => ErrorKind::NotFound,
         OdKind::PermissionDenied => ErrorKind::PermissionDenied,
         OdKind::Unsupported => ErrorKind::Unsupported,
-        OdKind::RateLimited => ErrorKind::Transient,
+        OdKind::RateLimited => ErrorKind::Throttled,
         _ if err.is_temporary() => ErrorKind::Transient,
         _ => ErrorKind::Other,
     };

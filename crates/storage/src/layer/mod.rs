@@ -10,6 +10,7 @@ mod latency;
 mod limit;
 mod metrics;
 mod retry;
+mod throttle;
 mod timeout;
 
 pub use cache::{
@@ -21,4 +22,5 @@ pub use latency::{Latency, LatencyStore};
 pub use limit::LimitStore;
 pub use metrics::{LatencySummary, MetricsSnapshot, MetricsStore, StorageMetrics};
 pub use retry::{RetryConfig, RetryStats, RetryStore};
+pub use throttle::ThrottleStore;
 pub use timeout::TimeoutStore;

@@ -167,6 +167,11 @@ impl<S: Storage> RetryStore<S> {
                 )));
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
+            // The caller sees only the last answer; what was retried, it learns here.
+            crate::tally::note(match err.kind() {
+                crate::ErrorKind::Throttled => crate::tally::Seen::Throttled,
+                _ => crate::tally::Seen::Retried,
+            });
             tokio::time::sleep(backoff).await;
         }
     }
