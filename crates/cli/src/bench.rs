@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long)]
     data: Option<PathBuf>,
     /// Round-trip times to add, in ms, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "0,10,50,100")]
+    #[arg(long, value_delimiter = ',', default_value = "0,10,50,100,200,500")]
     rtts: Vec<u64>,
     /// Leave out the local-disk row.
     #[arg(long)]
@@ -63,9 +63,10 @@ pub struct Args {
     /// Samples per batch.
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
-    /// Requests in flight for `async`.
-    #[arg(long, default_value_t = 128)]
-    max_in_flight: usize,
+    /// Requests in flight for `async`, fixed (default: set by the loader itself; the
+    /// table then shows the limit it reached).
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// Threads for `threads`.
     #[arg(long, default_value_t = 16)]
     threads: usize,
@@ -291,7 +292,7 @@ pub fn main(args: Args) -> Result {
                 let concurrency = match strategy {
                     Strategy::Sequential => workers,
                     Strategy::Threads => args.threads,
-                    Strategy::Async => args.max_in_flight,
+                    Strategy::Async => args.max_in_flight.unwrap_or(0),
                 };
                 let fetch = run::fetch(
                     strategy,
@@ -441,6 +442,15 @@ impl CeilingProbe {
     }
 }
 
+/// A cell's concurrency: as given, or with an adaptive in-flight limit (given as 0), the
+/// limit the loader reached.
+fn adaptive_limit(given: usize, summary: Option<&loader_core::Summary>) -> usize {
+    match summary {
+        Some(s) if given == 0 && s.adaptive => s.in_flight_limit,
+        _ => given,
+    }
+}
+
 /// Run one cell until its time or image budget is spent (across epochs if needed).
 /// The first epoch through an empty cache, timed from the end of the warm-up (as the other
 /// cells are) to the end of the epoch: a cell, and the loader to go on with.
@@ -478,7 +488,7 @@ fn cold_epoch(
         row: row.to_owned(),
         rtt_ms: rtt,
         strategy: Strategy::Async,
-        concurrency,
+        concurrency: adaptive_limit(concurrency, summary.as_ref()),
         images,
         seconds,
         images_per_sec: images as f64 / seconds,
@@ -573,7 +583,8 @@ fn measure(
         row: row.to_owned(),
         rtt_ms: rtt,
         strategy,
-        concurrency,
+        // An adaptive limit (0 given): the one it reached.
+        concurrency: adaptive_limit(concurrency, summary.as_ref()),
         images,
         seconds,
         images_per_sec: images as f64 / seconds,

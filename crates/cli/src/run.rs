@@ -35,9 +35,10 @@ pub struct Args {
     /// Fetch strategy.
     #[arg(long, value_enum, default_value = "async")]
     fetch: Strategy,
-    /// Requests in flight with `--fetch async`.
-    #[arg(long, default_value_t = 128)]
-    max_in_flight: usize,
+    /// Requests in flight with `--fetch async`, fixed (default: set by the loader itself
+    /// from what it measures, up to 16,384).
+    #[arg(long)]
+    max_in_flight: Option<usize>,
     /// Threads with `--fetch threads`; workers with `--fetch sequential`.
     #[arg(long, default_value_t = 16)]
     threads: usize,
@@ -128,12 +129,13 @@ pub fn parse_options(options: &[String]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
-/// The strategy with its concurrency.
-pub fn fetch(strategy: Strategy, max_in_flight: usize, threads: usize) -> Fetch {
-    match strategy {
-        Strategy::Sequential => Fetch::Sequential { workers: threads },
-        Strategy::Threads => Fetch::Threads { threads },
-        Strategy::Async => Fetch::Async { max_in_flight },
+/// The strategy with its concurrency; `async` without a fixed `max_in_flight` adapts.
+pub fn fetch(strategy: Strategy, max_in_flight: Option<usize>, threads: usize) -> Fetch {
+    match (strategy, max_in_flight) {
+        (Strategy::Sequential, _) => Fetch::Sequential { workers: threads },
+        (Strategy::Threads, _) => Fetch::Threads { threads },
+        (Strategy::Async, Some(max_in_flight)) => Fetch::Async { max_in_flight },
+        (Strategy::Async, None) => Fetch::default(),
     }
 }
 

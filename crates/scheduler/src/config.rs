@@ -15,17 +15,33 @@ pub enum Fetch {
         /// Fetch-and-decode threads.
         threads: usize,
     },
-    /// Fetches as futures on a tokio runtime, at most `max_in_flight` at once, CPU work on
-    /// the decode pool. The default and the point of the project.
+    /// Fetches as futures on a tokio runtime, exactly `max_in_flight` at once at most, CPU
+    /// work on the decode pool: the adaptive strategy with the limit fixed by hand.
     Async {
         /// Requests in flight at most.
         max_in_flight: usize,
     },
+    /// [`Fetch::Async`] with the in-flight limit set by the engine, in a closed loop, from
+    /// what it measures: raised while requests wait for a slot and the CPU stage has room
+    /// (doubling per round trip at first, so it follows the latency), lowered when the store
+    /// throttles or errors rise, or when the run uses far less; never above `max_in_flight`
+    /// nor above the byte budget ([`Config::max_buffered_bytes`]) over the mean request. The
+    /// default: no one has to guess rate x latency.
+    Adaptive {
+        /// The hard cap on requests in flight.
+        max_in_flight: usize,
+    },
 }
+
+/// The default cap of [`Fetch::Adaptive`]: 500 ms of latency at 30,000 items/s. The byte
+/// budget usually binds first (1 GiB over 100 KB images is about 10,000).
+pub const DEFAULT_IN_FLIGHT_CAP: usize = 16_384;
 
 impl Default for Fetch {
     fn default() -> Self {
-        Fetch::Async { max_in_flight: 64 }
+        Fetch::Adaptive {
+            max_in_flight: DEFAULT_IN_FLIGHT_CAP,
+        }
     }
 }
 
@@ -138,6 +154,7 @@ impl Config {
             Fetch::Sequential { workers: 0 } => Some("Sequential { workers: 0 }"),
             Fetch::Threads { threads: 0 } => Some("Threads { threads: 0 }"),
             Fetch::Async { max_in_flight: 0 } => Some("Async { max_in_flight: 0 }"),
+            Fetch::Adaptive { max_in_flight: 0 } => Some("Adaptive { max_in_flight: 0 }"),
             _ => None,
         };
         if let Some(what) = zero {

@@ -25,6 +25,8 @@ pub(crate) struct Driver<T> {
     coalesce: (u64, u64),
     out: mpsc::Sender<Output<T>>,
     results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
+    /// Item slots: admitted items not yet taken by the consumer, at most.
+    window: Arc<Semaphore>,
     /// The largest plan the window has been sized for so far.
     window_for: usize,
     decoded: Option<Decoded<T>>,
@@ -118,9 +120,15 @@ impl<T: Send + 'static> Driver<T> {
             coalesce: (config.coalesce_gap, config.max_coalesced_bytes),
             out,
             results,
+            window: Arc::new(Semaphore::new(0)),
             window_for: 0,
             decoded,
         }
+    }
+
+    /// The item window, for an adaptive in-flight limit to widen as it grows.
+    pub(crate) fn window(&self) -> Arc<Semaphore> {
+        Arc::clone(&self.window)
     }
 
     /// Items admitted and not yet taken by the consumer, at most: `prefetch` batches, the
@@ -129,21 +137,21 @@ impl<T: Send + 'static> Driver<T> {
     /// made of them); fetched bytes are bounded by the byte budget. While the ready queue
     /// is not full, its share lets fetching run further ahead, which keeps the CPU busy
     /// behind a slow request.
-    fn window(&self, batch_size: usize) -> usize {
+    fn window_size(&self, batch_size: usize) -> usize {
         self.prefetch * batch_size + self.strategy.busy(batch_size)
     }
 
     /// Grow the window when a plan larger than any before arrives (a resumed epoch's
     /// short tail comes first, a full batch later): sized from the first plan alone, a
     /// larger batch could never gather its items' slots, and the loader would hang.
-    fn fit_window(&mut self, window: &Semaphore, plan_len: usize) {
+    fn fit_window(&mut self, plan_len: usize) {
         let plan_len = plan_len.max(1);
         if plan_len > self.window_for {
             let before = match self.window_for {
                 0 => 0,
-                sized => self.window(sized),
+                sized => self.window_size(sized),
             };
-            window.add_permits(self.window(plan_len) - before);
+            self.window.add_permits(self.window_size(plan_len) - before);
             self.window_for = plan_len;
         }
     }
@@ -153,7 +161,7 @@ impl<T: Send + 'static> Driver<T> {
         // A panic of the plan iterator (a sampler's bug): what was planned before it is
         // delivered, then the error.
         let mut planner_panic: Option<String> = None;
-        let window = Arc::new(Semaphore::new(0));
+        let window = Arc::clone(&self.window);
         let mut tasks = JoinSet::new();
         let mut asm = Assembly::default();
         let mut kept = KeptChunks::default();
@@ -184,7 +192,7 @@ impl<T: Send + 'static> Driver<T> {
                 if let Some(Err(message)) = next {
                     planner_panic = Some(message);
                 } else if let Some(Ok(mut plan)) = next {
-                    self.fit_window(&window, plan.items.len());
+                    self.fit_window(plan.items.len());
                     coalesce(&mut plan.items, self.coalesce.0, self.coalesce.1);
                     if let Some(decoded) = &mut self.decoded {
                         decoded.admitted(plan.items.len());

@@ -13,6 +13,7 @@ use loader_storage::DynStorage;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Config;
+use crate::control::{self, Controller};
 use crate::driver::Driver;
 use crate::item::{BatchPlan, EngineError, RawBatch, SampleInfo, StageError};
 use crate::metrics::Metrics;
@@ -39,6 +40,8 @@ pub struct Engine<T> {
     out: mpsc::Receiver<Output<T>>,
     metrics: Arc<Metrics>,
     driver: tokio::task::AbortHandle,
+    /// The adaptive in-flight limit's loop, if the limit adapts.
+    control: Option<tokio::task::AbortHandle>,
     /// The runtime thread, when the engine owns its runtime: stopped and joined on drop.
     own_runtime: Option<(oneshot::Sender<()>, std::thread::JoinHandle<()>)>,
     pool: Option<Pool>,
@@ -80,7 +83,8 @@ impl<T: Send + 'static> Engine<T> {
         let strategy = strategy::<T>(config.fetch, config.decode_threads);
         let (pool_name, pool_size) = strategy.pool();
         let max_in_flight = strategy.max_in_flight();
-        let metrics = Arc::new(Metrics::new(max_in_flight, pool_size));
+        let adaptive_cap = strategy.adaptive_cap();
+        let metrics = Arc::new(Metrics::new(max_in_flight, adaptive_cap, pool_size));
         let (own_runtime, runtime) = match &config.runtime {
             Some(handle) => (None, handle.clone()),
             None => {
@@ -111,7 +115,20 @@ impl<T: Send + 'static> Engine<T> {
         });
         let decoded =
             weigh.map(|weigh| crate::driver::Decoded::new(weigh, config.max_decoded_bytes));
+        let slots = Arc::clone(&shared.fetch.slots);
         let driver = Driver::new(shared, strategy, config, out_tx, results_rx, decoded);
+        let control = adaptive_cap.map(|cap| {
+            let controller = Controller::new(cap, config.max_buffered_bytes, pool_size);
+            let task = control::run(
+                controller,
+                slots,
+                driver.window(),
+                Arc::clone(&metrics),
+                config.trace.clone(),
+                pool_size,
+            );
+            runtime.spawn(task).abort_handle()
+        });
         // A panic in the driver (a sampler, a plan iterator, a bug of ours) must reach the
         // consumer as an error: a driver that simply vanished would end the epoch early
         // and look like a normal end.
@@ -128,6 +145,7 @@ impl<T: Send + 'static> Engine<T> {
             out,
             metrics,
             driver: task.abort_handle(),
+            control,
             own_runtime,
             pool: Some(pool),
             cancel,
@@ -190,6 +208,9 @@ impl<T> Drop for Engine<T> {
         // JoinSet, which aborts every item task and so every request in flight.
         let _ = self.cancel.send(true);
         self.driver.abort();
+        if let Some(control) = &self.control {
+            control.abort();
+        }
         self.out.close();
         // Pool threads first, while the runtime they may be blocked on still runs.
         if let Some(mut pool) = self.pool.take() {

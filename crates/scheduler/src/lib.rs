@@ -44,20 +44,23 @@
 
 mod assembly;
 mod config;
+mod control;
 mod driver;
 mod engine;
 mod item;
 mod metrics;
 mod pool;
+mod slots;
 mod strategy;
 mod trace;
 mod unit;
 mod work;
 
 pub use config::{
-    Config, ConfigError, DEFAULT_MAX_BUFFERED_BYTES, DEFAULT_MAX_DECODED_BYTES, ErrorPolicy, Fetch,
-    Order,
+    Config, ConfigError, DEFAULT_IN_FLIGHT_CAP, DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_DECODED_BYTES, ErrorPolicy, Fetch, Order,
 };
+pub use control::LimitReason;
 pub use engine::{Engine, Stage, THREAD_PREFIX, Weigh, detached_on_drop};
 pub use item::{
     BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,

@@ -6,6 +6,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use loader_storage::ErrorKind;
+use loader_storage::tally::RequestTally;
+
+use crate::control::LimitReason;
 
 /// Live counters of an engine, shared with whoever reports them.
 #[derive(Debug)]
@@ -28,6 +32,21 @@ pub struct Metrics {
     in_flight_sum: AtomicU64,
     /// Set when the engine's drop had to leave a blocking read's thread behind.
     detached: std::sync::atomic::AtomicBool,
+    /// The in-flight limit now, whether it adapts, and why it last changed.
+    limit: AtomicUsize,
+    adaptive: bool,
+    limit_reason: Mutex<LimitReason>,
+    limit_changes: AtomicU64,
+    limit_peak: AtomicUsize,
+    /// Requests answered or failed, and those that failed as the store's trouble (throttled,
+    /// transient, timed out), for the controller.
+    fetches_done: AtomicU64,
+    fetch_errors: AtomicU64,
+    throttled_last: AtomicU64,
+    /// Fetched items waiting for a CPU thread.
+    awaiting_cpu: AtomicUsize,
+    /// What the store's layers saw and hid (retries, throttling answers they retried).
+    pub(crate) tally: std::sync::Arc<RequestTally>,
 }
 
 /// A latency histogram (microseconds, 2 significant digits) and a running total.
@@ -110,17 +129,37 @@ pub struct Summary {
     pub mean_in_flight: f64,
     /// Most requests in flight at once.
     pub peak_in_flight: usize,
-    /// The strategy's fetch concurrency limit.
+    /// The fetch concurrency limit: fixed, or the adaptive limit's cap.
     pub max_in_flight: usize,
+    /// The in-flight limit now (equal to `max_in_flight` when fixed).
+    pub in_flight_limit: usize,
+    /// Whether the engine sets the in-flight limit itself (`Fetch::Adaptive`).
+    pub adaptive: bool,
+    /// Why the limit last changed.
+    pub limit_reason: LimitReason,
+    /// How often the limit changed.
+    pub limit_changes: u64,
+    /// The highest the limit was.
+    pub limit_peak: usize,
+    /// Throttling answers (429, 503 SlowDown), retried by a layer or not.
+    pub throttled: u64,
+    /// Attempts a retry layer repeated for other failures.
+    pub retried: u64,
     /// Threads doing CPU work.
     pub cpu_threads: usize,
 }
 
 impl Metrics {
-    pub(crate) fn new(max_in_flight: usize, cpu_threads: usize) -> Self {
+    /// Metrics of an engine starting with `max_in_flight` requests in flight at most,
+    /// `adaptive` if the limit adapts (up to `cap`), and `cpu_threads`.
+    pub(crate) fn new(
+        max_in_flight: usize,
+        adaptive_cap: Option<usize>,
+        cpu_threads: usize,
+    ) -> Self {
         Self {
             started: Instant::now(),
-            config_in_flight: max_in_flight,
+            config_in_flight: adaptive_cap.unwrap_or(max_in_flight),
             config_cpu_threads: cpu_threads,
             fetch: Timer::new(),
             decode: Timer::new(),
@@ -135,7 +174,68 @@ impl Metrics {
             ready_batches: AtomicUsize::new(0),
             in_flight_sum: AtomicU64::new(0),
             detached: std::sync::atomic::AtomicBool::new(false),
+            limit: AtomicUsize::new(max_in_flight),
+            adaptive: adaptive_cap.is_some(),
+            limit_reason: Mutex::new(LimitReason::Start),
+            limit_changes: AtomicU64::new(0),
+            limit_peak: AtomicUsize::new(max_in_flight),
+            fetches_done: AtomicU64::new(0),
+            fetch_errors: AtomicU64::new(0),
+            throttled_last: AtomicU64::new(0),
+            awaiting_cpu: AtomicUsize::new(0),
+            tally: std::sync::Arc::default(),
         }
+    }
+
+    /// A request ended, failed with `error` if it did.
+    pub(crate) fn fetch_finished(&self, error: Option<ErrorKind>) {
+        self.fetches_done.fetch_add(1, Ordering::Relaxed);
+        match error {
+            Some(ErrorKind::Throttled) => {
+                self.throttled_last.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(kind) if kind.is_retryable() => {
+                self.fetch_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    /// Requests ended so far.
+    pub(crate) fn fetches_done(&self) -> u64 {
+        self.fetches_done.load(Ordering::Relaxed)
+    }
+
+    /// Throttling answers so far: retried by a layer, or the request's last.
+    pub(crate) fn throttled(&self) -> u64 {
+        self.tally.throttled() + self.throttled_last.load(Ordering::Relaxed)
+    }
+
+    /// The store's failures so far: attempts retried, and requests failed with a retryable
+    /// kind of error.
+    pub(crate) fn store_errors(&self) -> u64 {
+        self.tally.retried() + self.fetch_errors.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn cpu_queued(&self) {
+        self.awaiting_cpu.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Fetched items waiting for a CPU thread now.
+    pub fn awaiting_cpu(&self) -> usize {
+        self.awaiting_cpu.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn limit_set(&self, limit: usize, reason: LimitReason) {
+        self.limit.store(limit, Ordering::Relaxed);
+        *self.limit_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason;
+        self.limit_changes.fetch_add(1, Ordering::Relaxed);
+        self.limit_peak.fetch_max(limit, Ordering::Relaxed);
+    }
+
+    /// The in-flight limit now: fixed, or where the controller set it.
+    pub fn in_flight_limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
     }
 
     pub(crate) fn fetch_started(&self) -> InFlight<'_> {
@@ -152,8 +252,22 @@ impl Metrics {
         self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// Time spent in the CPU stage so far, over all threads, in microseconds.
+    pub(crate) fn cpu_time_us(&self) -> u64 {
+        self.decode.total_us.load(Ordering::Relaxed)
+    }
+
+    /// Bytes fetched so far.
+    pub(crate) fn bytes_fetched(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn decode_started(&self) -> Decoding<'_> {
         self.decoding.fetch_add(1, Ordering::Relaxed);
+        // Items that never went through the queue (blocking strategies) leave it at 0.
+        let _ = self
+            .awaiting_cpu
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         Decoding {
             metrics: self,
             started: Instant::now(),
@@ -223,6 +337,13 @@ impl Metrics {
             },
             peak_in_flight: self.in_flight_peak.load(Ordering::Relaxed),
             max_in_flight: self.config_in_flight,
+            in_flight_limit: self.in_flight_limit(),
+            adaptive: self.adaptive,
+            limit_reason: *self.limit_reason.lock().unwrap_or_else(|p| p.into_inner()),
+            limit_changes: self.limit_changes.load(Ordering::Relaxed),
+            limit_peak: self.limit_peak.load(Ordering::Relaxed),
+            throttled: self.throttled(),
+            retried: self.tally.retried(),
             cpu_threads: self.config_cpu_threads,
         }
     }
@@ -288,11 +409,22 @@ impl Summary {
                 ms(self.decode.total) / self.decode.count.max(1) as f64
             );
         }
-        if self.max_in_flight > 0 && self.mean_in_flight >= 0.8 * self.max_in_flight as f64 {
+        if self.in_flight_limit > 0 && self.mean_in_flight >= 0.8 * self.in_flight_limit as f64 {
+            let advice = match (self.adaptive, self.throttled > 0) {
+                (true, true) => format!(
+                    "the store throttled {} times; the adaptive limit ({}) backs off",
+                    self.throttled, self.limit_reason
+                ),
+                (true, false) if self.in_flight_limit >= self.max_in_flight => {
+                    "the adaptive limit is at its cap; raise the cap".to_string()
+                }
+                (true, false) => format!("the adaptive limit is growing ({})", self.limit_reason),
+                (false, _) => "raise the in-flight limit".to_string(),
+            };
             return format!(
-                "bottleneck: storage — {:.0} of {} requests in flight on average at p50 {:.1} ms; raise the in-flight limit",
+                "bottleneck: storage — {:.0} requests in flight on average (limit {}) at p50 {:.1} ms; {advice}",
                 self.mean_in_flight,
-                self.max_in_flight,
+                self.in_flight_limit,
                 ms(self.fetch.p50)
             );
         }
@@ -354,15 +486,29 @@ impl fmt::Display for Summary {
         stage(f, "decode", &self.decode)?;
         stage(f, "queue wait", &self.queue_wait)?;
         stage(f, "consumer wait", &self.consumer_wait)?;
+        let limit = if self.adaptive {
+            format!(
+                "limit {} (adaptive, cap {}; {} changes, last: {})",
+                self.in_flight_limit, self.max_in_flight, self.limit_changes, self.limit_reason
+            )
+        } else {
+            format!("limit {}", self.max_in_flight)
+        };
         writeln!(
             f,
-            "  in flight: mean {:.1}, peak {} of {}; CPU threads {} ({:.0}% busy)",
+            "  in flight: mean {:.1}, peak {}, {limit}; CPU threads {} ({:.0}% busy)",
             self.mean_in_flight,
             self.peak_in_flight,
-            self.max_in_flight,
             self.cpu_threads,
             self.cpu_busy() * 100.0
         )?;
+        if self.throttled + self.retried > 0 {
+            writeln!(
+                f,
+                "  store trouble: {} throttling answers, {} other retries",
+                self.throttled, self.retried
+            )?;
+        }
         write!(f, "{}", self.bottleneck())
     }
 }
@@ -392,6 +538,13 @@ mod tests {
             mean_in_flight: 10.0,
             peak_in_flight: 20,
             max_in_flight: 128,
+            in_flight_limit: 128,
+            adaptive: false,
+            limit_reason: LimitReason::Start,
+            limit_changes: 0,
+            limit_peak: 128,
+            throttled: 0,
+            retried: 0,
             cpu_threads: 2,
         }
     }

@@ -12,8 +12,12 @@ use crate::work::{Job, Shared, fetch_then_decode, load_blocking};
 pub(crate) trait Strategy<T>: Send + Sync {
     /// The name and size of its thread pool.
     fn pool(&self) -> (&'static str, usize);
-    /// Requests in flight at most.
+    /// Requests in flight at most, at the start.
     fn max_in_flight(&self) -> usize;
+    /// The cap of an adaptive limit; `None` when the limit is fixed.
+    fn adaptive_cap(&self) -> Option<usize> {
+        None
+    }
     /// Items it keeps busy at once beside the ready queue, for batches of `batch_size`.
     fn busy(&self, batch_size: usize) -> usize;
     /// Whether it takes a whole batch per admission (a vanilla worker) rather than an item.
@@ -39,6 +43,12 @@ pub(crate) fn strategy<T: Send + 'static>(
         Fetch::Async { max_in_flight } => Box::new(Async {
             max_in_flight,
             decode_threads,
+            cap: None,
+        }),
+        Fetch::Adaptive { max_in_flight } => Box::new(Async {
+            max_in_flight: crate::control::START_LIMIT.min(max_in_flight),
+            decode_threads,
+            cap: Some(max_in_flight),
         }),
     }
 }
@@ -101,6 +111,8 @@ impl<T: Send + 'static> Strategy<T> for Threads {
 struct Async {
     max_in_flight: usize,
     decode_threads: usize,
+    /// Set when the limit adapts, up to this.
+    cap: Option<usize>,
 }
 
 impl<T: Send + 'static> Strategy<T> for Async {
@@ -110,6 +122,10 @@ impl<T: Send + 'static> Strategy<T> for Async {
     fn max_in_flight(&self) -> usize {
         self.max_in_flight
     }
+    fn adaptive_cap(&self) -> Option<usize> {
+        self.cap
+    }
+    // An adaptive limit's growth widens the window as it goes (the controller's task).
     fn busy(&self, batch_size: usize) -> usize {
         batch_size + self.max_in_flight + self.decode_threads
     }

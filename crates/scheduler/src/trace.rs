@@ -18,6 +18,8 @@ enum Kind {
     Decode,
     /// A batch entered the ready queue.
     Batch,
+    /// The in-flight limit was set (`value`).
+    Limit,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -94,6 +96,11 @@ impl Trace {
         self.push(Kind::Batch, now, now, position);
     }
 
+    pub(crate) fn limit(&self, limit: usize) {
+        let now = Instant::now();
+        self.push(Kind::Limit, now, now, limit as u64);
+    }
+
     /// Events recorded so far.
     pub fn len(&self) -> usize {
         self.events.lock().map_or(0, |e| e.len())
@@ -132,6 +139,11 @@ impl Trace {
                     out,
                     r#"{{"name":"decode","cat":"cpu","ph":"X","ts":{:.1},"dur":{:.1},"pid":1,"tid":{},"args":{{"index":{}}}}}{sep}"#,
                     e.start_us, e.dur_us, e.tid, e.value
+                )?,
+                Kind::Limit => writeln!(
+                    out,
+                    r#"{{"name":"in-flight limit","cat":"control","ph":"C","ts":{:.1},"pid":1,"args":{{"limit":{}}}}}{sep}"#,
+                    e.start_us, e.value
                 )?,
                 Kind::Batch => writeln!(
                     out,

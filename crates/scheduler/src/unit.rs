@@ -9,11 +9,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::FutureExt;
+use loader_storage::tally::counted;
 use loader_storage::{DynStorage, Error, ErrorKind};
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::item::{Chunk, Member, WorkItem};
 use crate::metrics::Metrics;
+use crate::slots::Slots;
 
 /// The byte budget counts in KiB: a semaphore takes at most `u32::MAX` permits at once.
 const BUDGET_UNIT: u64 = 1024;
@@ -22,8 +24,8 @@ const BUDGET_UNIT: u64 = 1024;
 pub(crate) struct FetchContext {
     pub(crate) storage: DynStorage,
     pub(crate) metrics: Arc<Metrics>,
-    /// Requests in flight, at most.
-    pub(crate) in_flight: Arc<Semaphore>,
+    /// Requests in flight, at most: fixed, or set by the controller.
+    pub(crate) slots: Arc<Slots>,
     /// Fetched, undecoded bytes, in [`BUDGET_UNIT`]s; `None` for the blocking strategies.
     /// Their fetches wait on pool threads, and a job queued behind such a wait may hold the
     /// very chunk whose bytes would end it: there the threads and the item window bound
@@ -50,7 +52,7 @@ impl FetchContext {
         Self {
             storage,
             metrics,
-            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            slots: Slots::new(max_in_flight),
             budget: max_bytes.map(|_| Arc::new(Semaphore::new(total as usize))),
             budget_total: total,
             budget_short: Arc::new(Notify::new()),
@@ -111,7 +113,7 @@ impl Unit {
             }
             _ => None,
         };
-        let Ok(_slot) = Arc::clone(&cx.in_flight).acquire_owned().await else {
+        let Some(_slot) = cx.slots.acquire().await else {
             return Err(Arc::new(self.error(
                 cx,
                 ErrorKind::Other,
@@ -120,12 +122,12 @@ impl Unit {
         };
         let _guard = cx.metrics.fetch_started();
         let started = Instant::now();
-        let request = async {
+        let request = counted(Arc::clone(&cx.metrics.tally), async {
             match &self.range {
                 Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
                 None => cx.storage.get(&self.key).await,
             }
-        };
+        });
         // A custom backend's panic is its error naming the key and backend: unwound
         // through the engine it would lose the items and leave their batch waiting.
         let result = match AssertUnwindSafe(request).catch_unwind().await {
@@ -142,6 +144,8 @@ impl Unit {
         if let Some(trace) = &cx.trace {
             trace.fetch(self.trace_id.0, started, self.trace_id.1);
         }
+        cx.metrics
+            .fetch_finished(result.as_ref().err().map(|e| e.kind()));
         let bytes = result.map_err(Arc::new)?;
         cx.metrics.fetched(bytes.len());
         Ok(Fetched {

@@ -52,6 +52,7 @@ pub(crate) async fn fetch_then_decode<T: Send + 'static>(shared: Arc<Shared<T>>,
     match fetch(&shared, &mut job).await {
         Ok(bytes) => {
             let worker = Arc::clone(&shared);
+            shared.fetch.metrics.cpu_queued();
             shared.pool.execute(move || {
                 let result = run_stage(&worker, bytes, job.info);
                 // The unit (and its share of the byte budget) lives until the stage is done

@@ -140,7 +140,8 @@ class DataLoader:
             decode threads under the GIL; or ``None`` for uint8 ``[H, W, C]`` images.
         num_workers: decode threads (default: one per core; 0 means one). Threads, not
             processes: nothing is pickled or copied between them.
-        max_in_flight: storage requests in flight (default: the engine's, 64).
+        max_in_flight: storage requests in flight, fixed (default: set by the loader
+            itself from the latency and rates it measures, up to 16,384).
         prefetch_factor: finished batches kept ready (default 2).
         storage_options: the store's settings, e.g. ``{"aws_endpoint": ...,
             "aws_region": ...}`` (otherwise the usual environment variables).

@@ -1,0 +1,145 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! The adaptive in-flight limit on a real engine: it grows under latency, backs off when the
+//! store throttles, stays put when fixed, and never costs a sample. Assertions are on the
+//! engine's counters, never on its speed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use loader_scheduler::{
+    BatchPlan, Config, Engine, Fetch, LimitReason, SampleInfo, StageError, Summary, WorkItem,
+};
+use loader_storage::layer::{Latency, RetryConfig};
+use loader_storage::{DynStorage, StorageExt, from_url};
+use loader_testkit::watchdog::within;
+
+const HANG_LIMIT: Duration = Duration::from_secs(60);
+
+fn files(count: usize) -> (tempfile::TempDir, loader_storage::DynStorage) {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..count {
+        std::fs::write(dir.path().join(format!("{i:05}")), (i as u64).to_le_bytes()).unwrap();
+    }
+    let store = from_url(
+        &dir.path().to_string_lossy(),
+        Vec::<(String, String)>::new(),
+    )
+    .unwrap();
+    (dir, store)
+}
+
+fn plans(count: u64, batch: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
+    let batches = count.div_ceil(batch);
+    (0..batches).map(move |b| BatchPlan {
+        epoch: 0,
+        position: b * batch,
+        items: (b * batch..((b + 1) * batch).min(count))
+            .map(|i| WorkItem::object(i, format!("{i:05}")))
+            .collect(),
+        last_in_epoch: b + 1 == batches,
+    })
+}
+
+/// Run every batch; the delivered indices in order and the final summary.
+fn drain(store: DynStorage, count: u64, fetch: Fetch) -> (Vec<u64>, Summary) {
+    let stage = Arc::new(|bytes: Bytes, _: &SampleInfo| -> Result<u64, StageError> {
+        let raw: [u8; 8] = bytes
+            .as_ref()
+            .try_into()
+            .map_err(|_| "8 bytes".to_string())?;
+        Ok(u64::from_le_bytes(raw))
+    });
+    let config = Config {
+        fetch,
+        decode_threads: 2,
+        ..Config::default()
+    };
+    within(HANG_LIMIT, "an adaptive epoch", move || {
+        let mut engine = Engine::start(store, stage, plans(count, 32), &config).unwrap();
+        let mut seen = Vec::new();
+        while let Some(batch) = engine.next_blocking() {
+            let batch = batch.unwrap();
+            assert!(batch.skipped.is_empty());
+            for (info, value) in batch.samples {
+                assert_eq!(info.index, value, "the sample's bytes are its own");
+                seen.push(info.index);
+            }
+        }
+        (seen, engine.metrics().summary())
+    })
+}
+
+#[test]
+fn the_limit_grows_under_latency_and_every_sample_arrives_once_in_order() {
+    let count = 4_000;
+    let (_dir, store) = files(count);
+    let store: DynStorage =
+        Arc::new(store.with_latency(Latency::Fixed(Duration::from_millis(20)), 1));
+    let (seen, summary) = drain(store, count as u64, Fetch::default());
+    assert_eq!(seen, (0..count as u64).collect::<Vec<_>>());
+    assert!(summary.adaptive);
+    // 32 at the start; at 20 ms and a trivial stage the limit binds, so it must grow.
+    assert!(
+        summary.limit_peak >= 128 && summary.limit_changes > 0,
+        "{summary}"
+    );
+    assert!(summary.in_flight_limit <= summary.max_in_flight);
+    assert!(summary.peak_in_flight <= summary.limit_peak, "{summary}");
+}
+
+#[test]
+fn the_limit_backs_off_when_the_store_throttles_and_nothing_is_lost() {
+    let count = 1_500;
+    let (_dir, store) = files(count);
+    // 400 reads per second at 10 ms: about 4 in flight is all the store takes; 503 SlowDown
+    // arrives after the round trip, as it does from S3, and the retry layer retries it.
+    let retry = RetryConfig {
+        max_attempts: 50,
+        initial_backoff: Duration::from_millis(2),
+        max_backoff: Duration::from_millis(20),
+        max_elapsed: Duration::from_secs(60),
+        seed: 7,
+        ..RetryConfig::default()
+    };
+    let store: DynStorage = Arc::new(
+        store
+            .with_throttle(400.0)
+            .with_latency(Latency::Fixed(Duration::from_millis(10)), 1)
+            .with_retry(retry),
+    );
+    let (seen, summary) = drain(store, count as u64, Fetch::default());
+    assert_eq!(
+        seen,
+        (0..count as u64).collect::<Vec<_>>(),
+        "none lost or repeated"
+    );
+    assert!(summary.throttled > 0, "the store throttled: {summary}");
+    assert!(
+        summary.in_flight_limit < summary.limit_peak.max(32),
+        "the limit came down from {}: {summary}",
+        summary.limit_peak
+    );
+    assert!(summary.in_flight_limit <= 16, "{summary}");
+}
+
+#[test]
+fn a_fixed_limit_stays_fixed() {
+    let count = 1_000;
+    let (_dir, store) = files(count);
+    let store: DynStorage =
+        Arc::new(store.with_latency(Latency::Fixed(Duration::from_millis(5)), 1));
+    let (seen, summary) = drain(store, count as u64, Fetch::Async { max_in_flight: 16 });
+    assert_eq!(seen.len(), count);
+    assert!(!summary.adaptive);
+    assert_eq!(
+        (
+            summary.in_flight_limit,
+            summary.limit_changes,
+            summary.limit_reason
+        ),
+        (16, 0, LimitReason::Start)
+    );
+    assert!(summary.peak_in_flight <= 16);
+}
