@@ -64,7 +64,7 @@ pub use open::store_url;
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};
 pub use loader_scheduler::{
-    self as scheduler, ErrorPolicy, Fetch, ItemError, LimitReason, Metrics, Order, RawBatch,
+    self as scheduler, ErrorPolicy, Fetch, Hedge, ItemError, LimitReason, Metrics, Order, RawBatch,
     SampleInfo, StageError, Summary, Trace, process_cpu_time,
 };
 pub use loader_storage::{self as storage, DynStorage, Storage, StorageExt, from_url};

@@ -295,6 +295,14 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
+    /// Send a request again when it is slower than a high quantile of recent ones, within a
+    /// budget of extra requests shared with retries (default: never); see
+    /// [`Hedge`](loader_scheduler::Hedge). Order and exactly-once delivery are unchanged.
+    pub fn hedge(mut self, hedge: loader_scheduler::Hedge) -> Self {
+        self.config.hedge = Some(hedge);
+        self
+    }
+
     /// Fetched bytes not yet decoded, at most (default
     /// [`DEFAULT_MAX_BUFFERED_BYTES`](loader_scheduler::DEFAULT_MAX_BUFFERED_BYTES)).
     pub fn max_buffered_bytes(mut self, bytes: u64) -> Self {

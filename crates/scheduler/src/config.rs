@@ -101,6 +101,10 @@ pub struct Config {
     pub coalesce_gap: u64,
     /// A coalesced request reads at most this many bytes.
     pub max_coalesced_bytes: u64,
+    /// Send a request again when it is slower than a high quantile of recent ones, within a
+    /// budget of extra requests shared with retries (`None`, the default: never). Order and
+    /// exactly-once delivery are the same either way.
+    pub hedge: Option<crate::Hedge>,
 }
 
 /// Default of [`Config::max_buffered_bytes`]: room for a few shards' worth of 4 MiB chunks
@@ -143,6 +147,7 @@ impl Default for Config {
             max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
             coalesce_gap: 256 << 10,
             max_coalesced_bytes: 16 << 20,
+            hedge: None,
         }
     }
 }

@@ -106,6 +106,7 @@ impl<T: Send + 'static> Engine<T> {
                 max_in_flight,
                 strategy.budgeted().then_some(config.max_buffered_bytes),
                 config.trace.clone(),
+                config.hedge,
             ),
             stage,
             pool: pool.handle(),

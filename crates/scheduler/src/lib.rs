@@ -47,6 +47,7 @@ mod config;
 mod control;
 mod driver;
 mod engine;
+mod hedge;
 mod item;
 mod metrics;
 mod pool;
@@ -62,6 +63,7 @@ pub use config::{
 };
 pub use control::LimitReason;
 pub use engine::{Engine, Stage, THREAD_PREFIX, Weigh, detached_on_drop};
+pub use hedge::Hedge;
 pub use item::{
     BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
     StageError, WorkItem,

@@ -45,6 +45,8 @@ pub struct Metrics {
     throttled_last: AtomicU64,
     /// Fetched items waiting for a CPU thread.
     awaiting_cpu: AtomicUsize,
+    hedges_sent: AtomicU64,
+    hedges_won: AtomicU64,
     /// What the store's layers saw and hid (retries, throttling answers they retried).
     pub(crate) tally: std::sync::Arc<RequestTally>,
 }
@@ -145,6 +147,10 @@ pub struct Summary {
     pub throttled: u64,
     /// Attempts a retry layer repeated for other failures.
     pub retried: u64,
+    /// Requests sent again because they were slow (`Config::hedge`).
+    pub hedges_sent: u64,
+    /// Hedges whose answer came first.
+    pub hedges_won: u64,
     /// Threads doing CPU work.
     pub cpu_threads: usize,
 }
@@ -183,6 +189,8 @@ impl Metrics {
             fetch_errors: AtomicU64::new(0),
             throttled_last: AtomicU64::new(0),
             awaiting_cpu: AtomicUsize::new(0),
+            hedges_sent: AtomicU64::new(0),
+            hedges_won: AtomicU64::new(0),
             tally: std::sync::Arc::default(),
         }
     }
@@ -246,6 +254,18 @@ impl Metrics {
             metrics: self,
             started: Instant::now(),
         }
+    }
+
+    /// A hedge is in flight until the guard drops; its latency is not a fetch's.
+    pub(crate) fn hedge_started(&self) -> HedgeInFlight<'_> {
+        self.hedges_sent.fetch_add(1, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.in_flight_peak.fetch_max(now, Ordering::Relaxed);
+        HedgeInFlight { metrics: self }
+    }
+
+    pub(crate) fn hedge_won(&self) {
+        self.hedges_won.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn fetched(&self, bytes: usize) {
@@ -344,6 +364,8 @@ impl Metrics {
             limit_peak: self.limit_peak.load(Ordering::Relaxed),
             throttled: self.throttled(),
             retried: self.tally.retried(),
+            hedges_sent: self.hedges_sent.load(Ordering::Relaxed),
+            hedges_won: self.hedges_won.load(Ordering::Relaxed),
             cpu_threads: self.config_cpu_threads,
         }
     }
@@ -359,6 +381,17 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.fetch.record(self.started.elapsed());
+    }
+}
+
+/// Counts a hedge as in flight until dropped (also when it loses and is cancelled).
+pub(crate) struct HedgeInFlight<'a> {
+    metrics: &'a Metrics,
+}
+
+impl Drop for HedgeInFlight<'_> {
+    fn drop(&mut self) {
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -502,6 +535,15 @@ impl fmt::Display for Summary {
             self.cpu_threads,
             self.cpu_busy() * 100.0
         )?;
+        if self.hedges_sent > 0 {
+            writeln!(
+                f,
+                "  hedged: {} requests sent again ({:.1}% of fetches), {} answered first",
+                self.hedges_sent,
+                100.0 * self.hedges_sent as f64 / self.fetch.count.max(1) as f64,
+                self.hedges_won
+            )?;
+        }
         if self.throttled + self.retried > 0 {
             writeln!(
                 f,
@@ -545,6 +587,8 @@ mod tests {
             limit_peak: 128,
             throttled: 0,
             retried: 0,
+            hedges_sent: 0,
+            hedges_won: 0,
             cpu_threads: 2,
         }
     }

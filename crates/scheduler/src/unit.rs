@@ -13,6 +13,7 @@ use loader_storage::tally::counted;
 use loader_storage::{DynStorage, Error, ErrorKind};
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
+use crate::hedge::{Hedge, Hedger};
 use crate::item::{Chunk, Member, WorkItem};
 use crate::metrics::Metrics;
 use crate::slots::Slots;
@@ -36,6 +37,8 @@ pub(crate) struct FetchContext {
     /// keeps for later items, so a budget full of kept chunks cannot stall the loader.
     pub(crate) budget_short: Arc<Notify>,
     pub(crate) trace: Option<Arc<crate::Trace>>,
+    /// Hedged requests, when asked for.
+    pub(crate) hedger: Option<Hedger>,
 }
 
 impl FetchContext {
@@ -45,6 +48,7 @@ impl FetchContext {
         max_in_flight: usize,
         max_bytes: Option<u64>,
         trace: Option<Arc<crate::Trace>>,
+        hedge: Option<Hedge>,
     ) -> Self {
         let total = max_bytes.map_or(0, |max| {
             u32::try_from(max.div_ceil(BUDGET_UNIT).max(1)).unwrap_or(u32::MAX)
@@ -57,6 +61,7 @@ impl FetchContext {
             budget_total: total,
             budget_short: Arc::new(Notify::new()),
             trace,
+            hedger: hedge.map(Hedger::new),
         }
     }
 }
@@ -122,12 +127,7 @@ impl Unit {
         };
         let _guard = cx.metrics.fetch_started();
         let started = Instant::now();
-        let request = counted(Arc::clone(&cx.metrics.tally), async {
-            match &self.range {
-                Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
-                None => cx.storage.get(&self.key).await,
-            }
-        });
+        let request = self.hedged(cx);
         // A custom backend's panic is its error naming the key and backend: unwound
         // through the engine it would lose the items and leave their batch waiting.
         let result = match AssertUnwindSafe(request).catch_unwind().await {
@@ -152,6 +152,56 @@ impl Unit {
             bytes,
             _budget: budget,
         })
+    }
+
+    /// The request, once.
+    async fn request(&self, cx: &FetchContext) -> Result<Bytes, Error> {
+        counted(Arc::clone(&cx.metrics.tally), async {
+            match &self.range {
+                Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
+                None => cx.storage.get(&self.key).await,
+            }
+        })
+        .await
+    }
+
+    /// The request, sent again when it is slower than the hedge delay and the budget allows;
+    /// the first answer wins, and dropping the other cancels it. A hedge takes no slot of
+    /// the in-flight limit (the budget bounds hedges): behind a saturated limit, a stalled
+    /// request would otherwise never be hedged.
+    async fn hedged(&self, cx: &FetchContext) -> Result<Bytes, Error> {
+        let Some(hedger) = &cx.hedger else {
+            return self.request(cx).await;
+        };
+        hedger.sent();
+        let started = Instant::now();
+        let first = self.request(cx);
+        tokio::pin!(first);
+        let result = match hedger.delay() {
+            None => first.await,
+            Some(delay) => {
+                tokio::select! {
+                    answer = &mut first => answer,
+                    () = tokio::time::sleep(delay) => {
+                        let retries = cx.metrics.tally.retried() + cx.metrics.throttled();
+                        if hedger.spend(retries) {
+                            let second = async {
+                                let _in_flight = cx.metrics.hedge_started();
+                                self.request(cx).await
+                            };
+                            tokio::pin!(second);
+                            first_answer(cx, first, second).await
+                        } else {
+                            first.await
+                        }
+                    }
+                }
+            }
+        };
+        if result.is_ok() {
+            hedger.answered(started.elapsed());
+        }
+        result
     }
 
     fn error(&self, cx: &FetchContext, kind: ErrorKind, message: &str) -> Error {
@@ -187,6 +237,37 @@ impl Unit {
         }
         Ok(bytes.slice(from as usize..to as usize))
     }
+}
+
+/// The first successful answer of two requests for the same bytes (the first's error if
+/// both fail); the other request is dropped, which cancels it and frees what it held.
+async fn first_answer(
+    cx: &FetchContext,
+    mut first: std::pin::Pin<&mut impl std::future::Future<Output = Result<Bytes, Error>>>,
+    mut second: std::pin::Pin<&mut impl std::future::Future<Output = Result<Bytes, Error>>>,
+) -> Result<Bytes, Error> {
+    let (hedge_first, answer) = tokio::select! {
+        answer = &mut first => (false, answer),
+        answer = &mut second => (true, answer),
+    };
+    let (hedge_won, answer) = match answer {
+        Ok(bytes) => (hedge_first, Ok(bytes)),
+        Err(e) => {
+            let other = if hedge_first {
+                first.await
+            } else {
+                second.await
+            };
+            match other {
+                Ok(bytes) => (!hedge_first, Ok(bytes)),
+                Err(_) => (false, Err(e)),
+            }
+        }
+    };
+    if hedge_won {
+        cx.metrics.hedge_won();
+    }
+    answer
 }
 
 /// Runs of neighbouring ranges of one object in `items` (in plan order) are read in one

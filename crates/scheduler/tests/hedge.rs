@@ -1,0 +1,179 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! Hedged requests: the first answer wins, a slow request's batch stops waiting for it,
+//! and no sample is ever delivered twice, lost or out of order; a cancelled hedge gives
+//! back its slot. Assertions are on the engine's counters, never on its speed.
+
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use loader_scheduler::{
+    BatchPlan, Config, Engine, Fetch, Hedge, SampleInfo, StageError, Summary, WorkItem,
+};
+use loader_storage::layer::Latency;
+use loader_storage::{DynStorage, ObjectMeta, Storage, StorageExt, from_url};
+use loader_testkit::watchdog::within;
+use proptest::prelude::*;
+
+const HANG_LIMIT: Duration = Duration::from_secs(60);
+
+fn files(count: usize) -> (tempfile::TempDir, DynStorage) {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..count {
+        std::fs::write(dir.path().join(format!("{i:05}")), (i as u64).to_le_bytes()).unwrap();
+    }
+    let store = from_url(
+        &dir.path().to_string_lossy(),
+        Vec::<(String, String)>::new(),
+    )
+    .unwrap();
+    (dir, store)
+}
+
+fn plans(count: u64, batch: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
+    let batches = count.div_ceil(batch);
+    (0..batches).map(move |b| BatchPlan {
+        epoch: 0,
+        position: b * batch,
+        items: (b * batch..((b + 1) * batch).min(count))
+            .map(|i| WorkItem::object(i, format!("{i:05}")))
+            .collect(),
+        last_in_epoch: b + 1 == batches,
+    })
+}
+
+/// Every batch; the delivered indices in order, the summary, and requests in flight after.
+fn drain(store: DynStorage, count: u64, batch: u64, hedge: Hedge) -> (Vec<u64>, Summary, usize) {
+    let stage = Arc::new(|bytes: Bytes, _: &SampleInfo| -> Result<u64, StageError> {
+        let raw: [u8; 8] = bytes
+            .as_ref()
+            .try_into()
+            .map_err(|_| "8 bytes".to_string())?;
+        Ok(u64::from_le_bytes(raw))
+    });
+    let config = Config {
+        fetch: Fetch::Async { max_in_flight: 16 },
+        decode_threads: 2,
+        hedge: Some(hedge),
+        ..Config::default()
+    };
+    within(HANG_LIMIT, "a hedged epoch", move || {
+        let mut engine = Engine::start(store, stage, plans(count, batch), &config).unwrap();
+        let mut seen = Vec::new();
+        while let Some(batch) = engine.next_blocking() {
+            for (info, value) in batch.unwrap().samples {
+                assert_eq!(info.index, value, "the sample's bytes are its own");
+                seen.push(info.index);
+            }
+        }
+        let metrics = engine.metrics();
+        (seen, metrics.summary(), metrics.in_flight())
+    })
+}
+
+/// The first request for every `every`-th object, after the first `after`, stalls for a
+/// minute; the others (its hedge among them) pass.
+#[derive(Debug)]
+struct Stalling {
+    inner: DynStorage,
+    every: u64,
+    after: u64,
+    asked: Mutex<HashSet<String>>,
+    stalled: AtomicU64,
+}
+
+impl Stalling {
+    async fn maybe_stall(&self, key: &str) {
+        let first = self.asked.lock().unwrap().insert(key.to_owned());
+        let index: u64 = key.parse().unwrap();
+        if first && index >= self.after && index.is_multiple_of(self.every) {
+            self.stalled.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Storage for Stalling {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn get(&self, key: &str) -> loader_storage::Result<Bytes> {
+        self.maybe_stall(key).await;
+        self.inner.get(key).await
+    }
+    async fn get_range(&self, key: &str, range: Range<u64>) -> loader_storage::Result<Bytes> {
+        self.maybe_stall(key).await;
+        self.inner.get_range(key, range).await
+    }
+    async fn head(&self, key: &str) -> loader_storage::Result<ObjectMeta> {
+        self.inner.head(key).await
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, loader_storage::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+}
+
+#[test]
+fn a_stalled_request_is_answered_by_its_hedge_and_the_stall_is_cancelled() {
+    let count = 1_000;
+    let (_dir, inner) = files(count);
+    let inner: DynStorage =
+        Arc::new(inner.with_latency(Latency::Fixed(Duration::from_millis(2)), 1));
+    // One object in 50 stalls for a minute once the hedger has seen enough latencies:
+    // without hedges this epoch would take many minutes (and trip the watchdog); with
+    // them, each stalled request is answered by its hedge.
+    let stalling = Arc::new(Stalling {
+        inner,
+        every: 50,
+        after: 200,
+        asked: Mutex::default(),
+        stalled: AtomicU64::new(0),
+    });
+    let store: DynStorage = Arc::clone(&stalling) as DynStorage;
+    let hedge = Hedge {
+        quantile: 0.9,
+        budget: 0.1,
+        min_delay: Duration::from_millis(5),
+    };
+    let (seen, summary, in_flight) = drain(store, count as u64, 32, hedge);
+    assert_eq!(seen, (0..count as u64).collect::<Vec<_>>());
+    let stalled = stalling.stalled.load(Ordering::Relaxed);
+    assert_eq!(stalled, 16, "objects 200, 250, ..., 950");
+    assert!(summary.hedges_won >= stalled, "{summary}");
+    assert!(
+        summary.hedges_sent as f64 <= 0.1 * count as f64 + 1.0,
+        "within the budget: {summary}"
+    );
+    assert_eq!(in_flight, 0, "the stalled requests were cancelled");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    // Random heavy-tailed latencies, batch sizes and eager hedging: whatever answers first,
+    // the epoch is every sample once, in the plan's order.
+    #[test]
+    fn hedging_never_repeats_loses_or_reorders_a_sample(
+        seed in any::<u64>(),
+        count in 50u64..400,
+        batch in 1u64..40,
+        median_ms in 1u64..5,
+    ) {
+        let (_dir, inner) = files(count as usize);
+        let latency = Latency::LogNormal {
+            median: Duration::from_millis(median_ms),
+            p99: Duration::from_millis(median_ms * 20),
+        };
+        let store: DynStorage = Arc::new(inner.with_latency(latency, seed));
+        let hedge = Hedge { quantile: 0.5, budget: 0.5, min_delay: Duration::ZERO };
+        let (seen, summary, in_flight) = drain(store, count, batch, hedge);
+        prop_assert_eq!(seen, (0..count).collect::<Vec<_>>());
+        prop_assert_eq!(in_flight, 0, "{}", summary);
+    }
+}
