@@ -1,0 +1,175 @@
+//! In-flight requests on a simulated big node, side by side in one run: the adaptive limit
+//! against fixed limits, at several latencies, with a CPU stage that sleeps 2 ms on 64
+//! threads (standing in for 64 decode cores, 32,000 items/s, without using the CPU), over
+//! a memory store behind the latency layer. Each cell runs for `CELL` from the engine's
+//! start, so the adaptive limit's ramp is charged to it. Then a cell whose latency jumps
+//! from 20 to 200 ms mid-run, printing items/s per second.
+//!
+//! `cargo bench -p loader-benches --bench in_flight` (LOADER_BENCH_LATENCIES=10,100,500 and
+//! LOADER_BENCH_FIXED=64,256,1024,4096 choose the sweep)
+
+#[path = "support/memory.rs"]
+mod memory;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use loader_core::scheduler::{BatchPlan, Config, Engine, Fetch, SampleInfo, StageError, WorkItem};
+use loader_core::storage::layer::Latency;
+use loader_core::{DynStorage, Storage, StorageExt};
+
+const ITEMS: usize = 20_000;
+const CELL: Duration = Duration::from_secs(6);
+const THREADS: usize = 64;
+const STAGE: Duration = Duration::from_millis(2);
+
+fn list(var: &str, default: &[u64]) -> Vec<u64> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// Endless epochs of batches of 64 over the store's items.
+fn plans() -> impl Iterator<Item = BatchPlan> + Send + 'static {
+    (0u64..).flat_map(|epoch| {
+        (0..(ITEMS / 64) as u64).map(move |b| BatchPlan {
+            epoch,
+            position: b * 64,
+            items: (b * 64..b * 64 + 64)
+                .map(|i| WorkItem::object(i, format!("k/{i:06}")))
+                .collect(),
+            last_in_epoch: b + 1 == (ITEMS / 64) as u64,
+        })
+    })
+}
+
+/// A store whose latency is `ms.load()` milliseconds at each request.
+#[derive(Debug)]
+struct Delayed {
+    inner: DynStorage,
+    ms: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl Storage for Delayed {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn get(&self, key: &str) -> loader_core::storage::Result<Bytes> {
+        tokio::time::sleep(Duration::from_millis(self.ms.load(Ordering::Relaxed))).await;
+        self.inner.get(key).await
+    }
+    async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> loader_core::storage::Result<Bytes> {
+        self.inner.get_range(key, range).await
+    }
+    async fn head(
+        &self,
+        key: &str,
+    ) -> loader_core::storage::Result<loader_core::storage::ObjectMeta> {
+        self.inner.head(key).await
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> futures::stream::BoxStream<
+        'a,
+        loader_core::storage::Result<loader_core::storage::ObjectMeta>,
+    > {
+        self.inner.list(prefix)
+    }
+}
+
+/// Items per second for each second of a cell, and the limit at its end.
+fn cell(store: DynStorage, fetch: Fetch, at: impl Fn(Duration)) -> (Vec<f64>, usize) {
+    let stage = Arc::new(|b: Bytes, _: &SampleInfo| -> Result<usize, StageError> {
+        std::thread::sleep(STAGE);
+        Ok(b.len())
+    });
+    let config = Config {
+        fetch,
+        decode_threads: THREADS,
+        prefetch: 8,
+        ..Config::default()
+    };
+    let mut engine = Engine::start(store, stage, plans(), &config).expect("engine");
+    let start = Instant::now();
+    let mut per_second = vec![0u64; CELL.as_secs() as usize];
+    while let Some(batch) = engine.next_blocking() {
+        let elapsed = start.elapsed();
+        if elapsed >= CELL {
+            break;
+        }
+        at(elapsed);
+        per_second[elapsed.as_secs() as usize] += batch.expect("batch").samples.len() as u64;
+    }
+    let limit = engine.metrics().in_flight_limit();
+    (per_second.into_iter().map(|n| n as f64).collect(), limit)
+}
+
+fn main() {
+    let objects: Vec<(String, Vec<u8>)> = (0..ITEMS)
+        .map(|i| (format!("k/{i:06}"), vec![i as u8; 100]))
+        .collect();
+    let memory = memory::memory_store(&objects);
+    let latencies = list("LOADER_BENCH_LATENCIES", &[10, 100, 500]);
+    let fixed = list("LOADER_BENCH_FIXED", &[64, 256, 1024, 4096]);
+    println!(
+        "{THREADS} threads x {} ms stage (ceiling {:.0} items/s), {} s per cell from the start",
+        STAGE.as_millis(),
+        THREADS as f64 / STAGE.as_secs_f64(),
+        CELL.as_secs()
+    );
+    for &ms in &latencies {
+        let store: DynStorage = Arc::new(
+            Arc::clone(&memory).with_latency(Latency::Fixed(Duration::from_millis(ms)), 1),
+        );
+        let mut best = (0.0f64, 0u64);
+        for &n in &fixed {
+            let (rates, _) = cell(
+                Arc::clone(&store),
+                Fetch::Async {
+                    max_in_flight: n as usize,
+                },
+                |_| {},
+            );
+            let rate = rates.iter().sum::<f64>() / rates.len() as f64;
+            println!("{ms:>4} ms  fixed {n:>6}: {rate:>8.0} items/s");
+            if rate > best.0 {
+                best = (rate, n);
+            }
+        }
+        let (rates, limit) = cell(Arc::clone(&store), Fetch::default(), |_| {});
+        let rate = rates.iter().sum::<f64>() / rates.len() as f64;
+        let steady = rates[2..].iter().sum::<f64>() / (rates.len() - 2) as f64;
+        println!(
+            "{ms:>4} ms  adaptive   : {rate:>8.0} items/s ({:.0}% of the best fixed, {}; after 2 s {steady:.0}), limit reached {limit}",
+            100.0 * rate / best.0,
+            best.1
+        );
+    }
+    // A store that slows down mid-run.
+    let ms = Arc::new(AtomicU64::new(20));
+    let store: DynStorage = Arc::new(Delayed {
+        inner: Arc::clone(&memory),
+        ms: Arc::clone(&ms),
+    });
+    let jump = CELL / 3;
+    let (rates, limit) = cell(store, Fetch::default(), |t| {
+        if t >= jump {
+            ms.store(200, Ordering::Relaxed);
+        }
+    });
+    let rates: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+    println!(
+        "20 -> 200 ms at {} s, adaptive: items per second {} ; limit at the end {limit}",
+        jump.as_secs(),
+        rates.join(" ")
+    );
+}
