@@ -78,6 +78,8 @@ pub struct Args {
     decode_threads: Option<usize>,
     /// Seconds of each cell before its clock starts: the loader first fills its prefetch
     /// and fetch window, work that timing from its start would charge to too few images.
+    /// At least four round trips: a new connection through the proxy takes two before its
+    /// first answer, whatever the strategy.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
     /// Each cell stops this many seconds after its warm-up...
@@ -332,7 +334,7 @@ pub fn main(args: Args) -> Result {
                 cells.push(cell);
                 ceilings.push(probe.measure()?);
                 if args.cache && rtt.is_some() && strategy == Strategy::Async {
-                    let warmup = Duration::from_secs_f64(args.warmup);
+                    let warmup = warmup_for(args.warmup, *rtt);
                     let dir = root.join(".bench-cache");
                     let _ = std::fs::remove_dir_all(&dir);
                     let counted = Arc::clone(&store).with_metrics();
@@ -442,6 +444,12 @@ impl CeilingProbe {
     }
 }
 
+/// The warm-up of a cell at `rtt`: as given, and at least four round trips.
+fn warmup_for(seconds: f64, rtt: Option<u64>) -> Duration {
+    let trips = Duration::from_millis(4 * rtt.unwrap_or(0));
+    Duration::from_secs_f64(seconds).max(trips)
+}
+
 /// A cell's concurrency: as given, or with an adaptive in-flight limit (given as 0), the
 /// limit the loader reached.
 fn adaptive_limit(given: usize, summary: Option<&loader_core::Summary>) -> usize {
@@ -530,7 +538,7 @@ fn measure(
     bar.enable_steady_tick(Duration::from_millis(200));
     let (limit, warmup) = (
         Duration::from_secs_f64(args.seconds),
-        Duration::from_secs_f64(args.warmup),
+        warmup_for(args.warmup, rtt),
     );
     // The clock, the CPU time and the bytes fetched when the warm-up ended.
     let fetched = |loader: &DataLoader| match requests {

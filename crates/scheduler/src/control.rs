@@ -6,8 +6,8 @@
 //! last half second, or nothing queued for them) mean the limit holds the run back: it
 //! grows by the requests completed in the tick, which doubles it per round trip as TCP's
 //! slow start does, so it follows the latency without knowing it. Throttling answers or
-//! rising errors cut it to 70%, at most once per second while they go on, and growth waits
-//! for half a second of quiet; after a cut it grows by a quarter as fast, probing gently.
+//! rising errors cut it to 70%, at most once per round trip while they go on, and growth
+//! waits for half a second of quiet; after a cut it grows by a quarter as fast, probing gently.
 //! A limit far above what the run uses for five seconds is lowered to twice the use, so
 //! memory follows the need. It never leaves `[MIN_LIMIT, bound]`, the bound being the cap
 //! and the byte budget over the mean request.
@@ -23,17 +23,20 @@ use crate::slots::Slots;
 use crate::trace::Trace;
 
 /// The limit a run starts with.
-pub(crate) const START_LIMIT: usize = 32;
+pub(crate) const START_LIMIT: usize = 128;
 /// The lowest limit: a few requests always go on.
 pub(crate) const MIN_LIMIT: usize = 4;
-/// Ticks between two cuts.
-const CUT_TICKS: u32 = 20;
+/// Ticks between two cuts at most: a cut waits for a round trip (the answers to requests
+/// sent before it still arrive), estimated by Little's law, within 2 to 20 ticks.
+const CUT_TICKS: (f64, f64) = (2.0, 20.0);
 /// Ticks without throttling or errors before the limit grows again.
 const QUIET_TICKS: u32 = 10;
 /// Ticks of little use before the limit is lowered to the use.
 const UNUSED_TICKS: u32 = 100;
 /// Items waiting for a CPU thread, per thread, under which the CPU stage has room anyway.
 const BACKLOG_PER_THREAD: usize = 2;
+/// Requests in flight beyond what Little's law says feeds the CPU, for the spread of latency.
+const HEADROOM: f64 = 1.5;
 /// Smoothed busy share of the CPU threads over which more fetches would only queue.
 const CPU_FULL: f64 = 0.85;
 /// Weight of a tick in the smoothed CPU share (about four ticks of memory): bursts of
@@ -89,6 +92,11 @@ pub(crate) struct Tick {
     pub(crate) cpu_backlog: usize,
     /// Share of the CPU threads' time spent in the stage during the tick, in [0, 1].
     pub(crate) cpu_busy: f64,
+    /// Requests the CPU stage could take per tick at full speed (its threads over its mean
+    /// time per item, over the items per request); 0 while unknown.
+    pub(crate) cpu_capacity: f64,
+    /// Mean latency of the requests answered during the tick, in ticks; 0 if none was.
+    pub(crate) latency: f64,
     /// Bytes per request, on average so far (0 before the first answer).
     pub(crate) mean_bytes: u64,
 }
@@ -104,8 +112,11 @@ pub(crate) struct Controller {
     /// Ticks since the last cut, and since the last throttling or error.
     since_cut: u32,
     quiet: u32,
-    /// The CPU threads' busy share, smoothed.
+    /// The CPU threads' busy share, requests completed per tick and their latency in
+    /// ticks, smoothed.
     cpu_busy: f64,
+    done: f64,
+    latency: f64,
     unused: u32,
     used: usize,
 }
@@ -119,9 +130,11 @@ impl Controller {
             max_bytes,
             cpu_threads: cpu_threads.max(1),
             slow_start: true,
-            since_cut: CUT_TICKS,
+            since_cut: u32::MAX,
             quiet: QUIET_TICKS,
             cpu_busy: 0.0,
+            done: 0.0,
+            latency: 0.0,
             unused: 0,
             used: 0,
         }
@@ -145,13 +158,23 @@ impl Controller {
         let bound = self.bound(t.mean_bytes);
         self.cpu_busy += CPU_SMOOTHING * (t.cpu_busy.clamp(0.0, 1.0) - self.cpu_busy);
         self.since_cut = self.since_cut.saturating_add(1);
+        self.done += CPU_SMOOTHING * (t.completed as f64 - self.done);
+        if t.latency > 0.0 {
+            self.latency = if self.latency == 0.0 {
+                t.latency
+            } else {
+                self.latency + CPU_SMOOTHING * (t.latency - self.latency)
+            };
+        }
         let erring = t.completed >= 20 && t.errors * 20 > t.completed;
         if t.throttled > 0 || erring {
             self.quiet = 0;
             self.slow_start = false;
             // The answers to requests sent before a cut still arrive for a round trip: cut
             // again only if the trouble outlasts that.
-            if self.since_cut < CUT_TICKS {
+            let round_trip =
+                (t.in_flight as f64 / self.done.max(1e-3)).clamp(CUT_TICKS.0, CUT_TICKS.1);
+            if f64::from(self.since_cut) < round_trip {
                 return None;
             }
             self.since_cut = 0;
@@ -176,11 +199,18 @@ impl Controller {
             let done = usize::try_from(t.completed)
                 .unwrap_or(usize::MAX)
                 .min(self.limit);
-            let step = if self.slow_start { done } else { done / 4 }.max(1);
-            return self.set(
-                self.limit.saturating_add(step).min(bound),
-                LimitReason::Starved,
-            );
+            // Little's law on what was measured: the CPU's rate times the latency is what
+            // keeps it fed. Below that, straight there (at most x4 a tick) rather than by
+            // doublings, which at 500 ms take seconds; above it, only gently, as after a cut.
+            let needed = (t.cpu_capacity > 0.0 && self.latency > 0.0)
+                .then_some((HEADROOM * t.cpu_capacity * self.latency) as usize);
+            let fast = self.slow_start && needed.is_none_or(|n| self.limit < n);
+            let step = if fast { done } else { done / 4 }.max(1);
+            let mut next = self.limit.saturating_add(step);
+            if let Some(needed) = needed.filter(|_| self.slow_start) {
+                next = next.max(needed.min(self.limit.saturating_mul(4)));
+            }
+            return self.set(next.min(bound), LimitReason::Starved);
         }
         if t.in_flight * 2 < self.limit && self.limit > START_LIMIT {
             self.used = if self.unused == 0 {
@@ -221,6 +251,8 @@ struct Seen {
     throttled: u64,
     errors: u64,
     cpu_us: u64,
+    cpu_runs: u64,
+    fetch_us: (u64, u64),
     at: Option<Instant>,
 }
 
@@ -232,6 +264,8 @@ impl Seen {
             throttled: metrics.throttled(),
             errors: metrics.store_errors(),
             cpu_us: metrics.cpu_time_us(),
+            cpu_runs: metrics.cpu_runs(),
+            fetch_us: metrics.fetch_time_us(),
             at: Some(Instant::now()),
         }
     }
@@ -267,6 +301,20 @@ pub(crate) async fn run(
             _ => TICK,
         };
         let cpu_capacity = elapsed.as_secs_f64() * 1e6 * cpu_threads.max(1) as f64;
+        let tick_us = TICK.as_secs_f64() * 1e6;
+        // The stage's mean time per item so far, and the items each request feeds.
+        let stage_us = now.cpu_us as f64 / now.cpu_runs.max(1) as f64;
+        let items_per_request = now.cpu_runs as f64 / now.done.max(1) as f64;
+        let capacity = if now.cpu_runs == 0 {
+            0.0
+        } else {
+            tick_us * cpu_threads.max(1) as f64 / stage_us.max(1.0) / items_per_request.max(1e-3)
+        };
+        let answered = now.fetch_us.1.saturating_sub(last.fetch_us.1);
+        let latency = match answered {
+            0 => 0.0,
+            n => now.fetch_us.0.saturating_sub(last.fetch_us.0) as f64 / n as f64 / tick_us,
+        };
         let tick = Tick {
             completed: now.done.saturating_sub(last.done),
             waited: now.waited.saturating_sub(last.waited),
@@ -275,6 +323,8 @@ pub(crate) async fn run(
             in_flight: metrics.in_flight(),
             cpu_backlog: metrics.awaiting_cpu(),
             cpu_busy: now.cpu_us.saturating_sub(last.cpu_us) as f64 / cpu_capacity.max(1.0),
+            cpu_capacity: capacity,
+            latency,
             mean_bytes: metrics.bytes_fetched().checked_div(now.done).unwrap_or(0),
         };
         last = now;
@@ -367,6 +417,8 @@ mod tests {
                 in_flight: (in_flight + send) as usize,
                 cpu_backlog: self.backlog as usize,
                 cpu_busy: taken as f64 / self.cpu_rate as f64,
+                cpu_capacity: self.cpu_rate as f64,
+                latency: if completed > 0 { self.rtt as f64 } else { 0.0 },
                 mean_bytes: 100_000,
             };
             (taken, tick)
@@ -408,7 +460,7 @@ mod tests {
         let mut sim = Sim::new(10, 1_000);
         let mut c = Controller::new(100_000, 1 << 40, 8);
         let trace = run(&mut sim, &mut c, 200);
-        // 10,000 needed from 32: about 8 doublings of 10 ticks each.
+        // 10,000 needed from 128: about 6 doublings of 10 ticks each.
         let reached = trace.iter().position(|(l, _)| *l >= 10_000);
         assert!(reached.is_some_and(|t| t <= 120), "reached at {reached:?}");
     }

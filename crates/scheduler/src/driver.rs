@@ -270,10 +270,24 @@ impl<T: Send + 'static> Driver<T> {
                 // A batch was handed over or dropped: below the bound again, perhaps.
                 () = async { if let Some(r) = &released { r.notified().await } }, if over => {}
                 permit = Arc::clone(&window).acquire_many_owned(want), if want > 0 => {
-                    let Ok(permit) = permit else { return };
+                    let Ok(mut permit) = permit else { return };
+                    let Some((plan, at)) = admitting.as_mut() else {
+                        asm.permits.push_back(permit);
+                        continue;
+                    };
+                    let n = if self.strategy.whole_batches() {
+                        plan.items.len()
+                    } else {
+                        // The rest of the plan's items the window has room for now, in one
+                        // pass of this loop rather than one pass per item.
+                        let room = (plan.items.len() - *at - 1).min(window.available_permits());
+                        if let Ok(more) = Arc::clone(&window).try_acquire_many_owned(room as u32)
+                        {
+                            permit.merge(more);
+                        }
+                        permit.num_permits()
+                    };
                     asm.permits.push_back(permit);
-                    let Some((plan, at)) = admitting.as_mut() else { continue };
-                    let n = if self.strategy.whole_batches() { plan.items.len() } else { 1 };
                     let jobs: Vec<Job> = (*at..(*at + n).min(plan.items.len()))
                         .map(|i| {
                             let seq = next_seq;

@@ -56,6 +56,7 @@ pub struct Metrics {
 struct Timer {
     hist: Mutex<Histogram<u64>>,
     total_us: AtomicU64,
+    count: AtomicU64,
 }
 
 impl Timer {
@@ -65,12 +66,14 @@ impl Timer {
                 Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("constant bounds are valid"),
             ),
             total_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
         }
     }
 
     fn record(&self, d: Duration) {
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
         self.total_us.fetch_add(us, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
         self.hist
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -275,6 +278,19 @@ impl Metrics {
     /// Time spent in the CPU stage so far, over all threads, in microseconds.
     pub(crate) fn cpu_time_us(&self) -> u64 {
         self.decode.total_us.load(Ordering::Relaxed)
+    }
+
+    /// CPU stage runs so far.
+    pub(crate) fn cpu_runs(&self) -> u64 {
+        self.decode.count.load(Ordering::Relaxed)
+    }
+
+    /// Time spent in requests so far, and requests timed, for the recent latency.
+    pub(crate) fn fetch_time_us(&self) -> (u64, u64) {
+        (
+            self.fetch.total_us.load(Ordering::Relaxed),
+            self.fetch.count.load(Ordering::Relaxed),
+        )
     }
 
     /// Bytes fetched so far.
