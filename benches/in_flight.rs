@@ -3,10 +3,13 @@
 //! threads (standing in for 64 decode cores, 32,000 items/s, without using the CPU), over
 //! a memory store behind the latency layer. Each cell runs for `CELL` from the engine's
 //! start, so the adaptive limit's ramp is charged to it. Then a cell whose latency jumps
-//! from 20 to 200 ms mid-run, printing items/s per second.
+//! from 20 to 200 ms mid-run, printing items/s per second. Last, hedging: a heavy-tailed
+//! latency (log-normal, median 20 ms, p99 200 ms) with in-flight fixed at rate x median (no
+//! over-provisioning to hide the tail), without and with `Hedge::default()`: the consumer's
+//! wait per batch at p50 and p99, and the extra requests.
 //!
 //! `cargo bench -p loader-benches --bench in_flight` (LOADER_BENCH_LATENCIES=10,100,500 and
-//! LOADER_BENCH_FIXED=64,256,1024,4096 choose the sweep)
+//! LOADER_BENCH_FIXED=64,256,1024,4096,16384 choose the sweep)
 
 #[path = "support/memory.rs"]
 mod memory;
@@ -16,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use loader_core::scheduler::{BatchPlan, Config, Engine, Fetch, SampleInfo, StageError, WorkItem};
+use loader_core::scheduler::{
+    BatchPlan, Config, Engine, Fetch, Hedge, SampleInfo, StageError, Summary, WorkItem,
+};
 use loader_core::storage::layer::Latency;
 use loader_core::{DynStorage, Storage, StorageExt};
 
@@ -86,16 +91,34 @@ impl Storage for Delayed {
     }
 }
 
-/// Items per second for each second of a cell, and the limit at its end.
-fn cell(store: DynStorage, fetch: Fetch, at: impl Fn(Duration)) -> (Vec<f64>, usize) {
+/// Items per second for each second of a cell, and the engine's summary at its end.
+fn cell(
+    store: DynStorage,
+    fetch: Fetch,
+    hedge: Option<Hedge>,
+    at: impl Fn(Duration),
+) -> (Vec<f64>, Summary) {
     let stage = Arc::new(|b: Bytes, _: &SampleInfo| -> Result<usize, StageError> {
         std::thread::sleep(STAGE);
         Ok(b.len())
     });
+    run_cell(store, fetch, hedge, stage, THREADS, at)
+}
+
+/// [`cell`] with any stage on `threads` threads.
+fn run_cell(
+    store: DynStorage,
+    fetch: Fetch,
+    hedge: Option<Hedge>,
+    stage: loader_core::scheduler::Stage<usize>,
+    threads: usize,
+    at: impl Fn(Duration),
+) -> (Vec<f64>, Summary) {
     let config = Config {
         fetch,
-        decode_threads: THREADS,
+        decode_threads: threads,
         prefetch: 8,
+        hedge,
         ..Config::default()
     };
     let mut engine = Engine::start(store, stage, plans(), &config).expect("engine");
@@ -109,8 +132,8 @@ fn cell(store: DynStorage, fetch: Fetch, at: impl Fn(Duration)) -> (Vec<f64>, us
         at(elapsed);
         per_second[elapsed.as_secs() as usize] += batch.expect("batch").samples.len() as u64;
     }
-    let limit = engine.metrics().in_flight_limit();
-    (per_second.into_iter().map(|n| n as f64).collect(), limit)
+    let summary = engine.metrics().summary();
+    (per_second.into_iter().map(|n| n as f64).collect(), summary)
 }
 
 fn main() {
@@ -119,7 +142,7 @@ fn main() {
         .collect();
     let memory = memory::memory_store(&objects);
     let latencies = list("LOADER_BENCH_LATENCIES", &[10, 100, 500]);
-    let fixed = list("LOADER_BENCH_FIXED", &[64, 256, 1024, 4096]);
+    let fixed = list("LOADER_BENCH_FIXED", &[64, 256, 1024, 4096, 16384]);
     println!(
         "{THREADS} threads x {} ms stage (ceiling {:.0} items/s), {} s per cell from the start",
         STAGE.as_millis(),
@@ -137,6 +160,7 @@ fn main() {
                 Fetch::Async {
                     max_in_flight: n as usize,
                 },
+                None,
                 |_| {},
             );
             let rate = rates.iter().sum::<f64>() / rates.len() as f64;
@@ -145,7 +169,8 @@ fn main() {
                 best = (rate, n);
             }
         }
-        let (rates, limit) = cell(Arc::clone(&store), Fetch::default(), |_| {});
+        let (rates, summary) = cell(Arc::clone(&store), Fetch::default(), None, |_| {});
+        let limit = summary.in_flight_limit;
         let rate = rates.iter().sum::<f64>() / rates.len() as f64;
         let steady = rates[2..].iter().sum::<f64>() / (rates.len() - 2) as f64;
         println!(
@@ -161,15 +186,70 @@ fn main() {
         ms: Arc::clone(&ms),
     });
     let jump = CELL / 3;
-    let (rates, limit) = cell(store, Fetch::default(), |t| {
+    let (rates, summary) = cell(store, Fetch::default(), None, |t| {
         if t >= jump {
             ms.store(200, Ordering::Relaxed);
         }
     });
+    let limit = summary.in_flight_limit;
     let rates: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
     println!(
         "20 -> 200 ms at {} s, adaptive: items per second {} ; limit at the end {limit}",
         jump.as_secs(),
         rates.join(" ")
     );
+
+    // The engine alone: a trivial stage on 2 threads, at 0 ms and with 10,000 requests in
+    // flight at 500 ms.
+    let trivial: loader_core::scheduler::Stage<usize> =
+        Arc::new(|b: Bytes, _: &SampleInfo| -> Result<usize, StageError> { Ok(b.len()) });
+    for (ms, fetch) in [
+        (0, Fetch::default()),
+        (
+            500,
+            Fetch::Async {
+                max_in_flight: 10_000,
+            },
+        ),
+    ] {
+        let store: DynStorage = Arc::new(
+            Arc::clone(&memory).with_latency(Latency::Fixed(Duration::from_millis(ms)), 1),
+        );
+        let (rates, s) = run_cell(store, fetch, None, Arc::clone(&trivial), 2, |_| {});
+        let steady = rates[2..].iter().sum::<f64>() / (rates.len() - 2) as f64;
+        println!(
+            "engine alone, trivial stage, {ms} ms, {fetch:?}: {steady:.0} items/s after 2 s, {:.0} in flight on average",
+            s.mean_in_flight
+        );
+    }
+
+    // Hedging against a heavy tail, in-flight at rate x median.
+    let tail = Latency::LogNormal {
+        median: Duration::from_millis(20),
+        p99: Duration::from_millis(200),
+    };
+    let in_flight = (THREADS as f64 / STAGE.as_secs_f64() * 0.020) as usize;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for hedge in [None, Some(Hedge::default())] {
+        let store: DynStorage = Arc::new(Arc::clone(&memory).with_latency(tail, 7));
+        let fetch = Fetch::Async {
+            max_in_flight: in_flight,
+        };
+        let (rates, s) = cell(store, fetch, hedge, |_| {});
+        let rate = rates.iter().sum::<f64>() / rates.len() as f64;
+        println!(
+            "tail p99 = 10x median, {in_flight} in flight, {}: {rate:.0} items/s, consumer wait p50 {:.2} ms p99 {:.2} ms, fetch p99 {:.1} ms, hedges {} ({:.1}% of fetches), won {}",
+            if hedge.is_some() {
+                "hedged (p95, 5%)"
+            } else {
+                "no hedging"
+            },
+            ms(s.consumer_wait.p50),
+            ms(s.consumer_wait.p99),
+            ms(s.fetch.p99),
+            s.hedges_sent,
+            100.0 * s.hedges_sent as f64 / s.fetch.count.max(1) as f64,
+            s.hedges_won
+        );
+    }
 }

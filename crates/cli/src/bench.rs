@@ -78,16 +78,18 @@ pub struct Args {
     decode_threads: Option<usize>,
     /// Seconds of each cell before its clock starts: the loader first fills its prefetch
     /// and fetch window, work that timing from its start would charge to too few images.
-    /// At least four round trips: a new connection through the proxy takes two before its
-    /// first answer, whatever the strategy.
+    /// At least eight round trips: a new connection through the proxy takes two before its
+    /// first answer, whatever the strategy, and images decoded behind those first slow
+    /// answers would otherwise be counted to the cell.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
     /// Each cell stops this many seconds after its warm-up...
     #[arg(long, default_value_t = 8.0)]
     seconds: f64,
-    /// ...or this many images, whichever comes first (at ~550 img/s, 3,000 images keep a
-    /// fast cell ~5 s long: shorter ones moved with this shared machine's noise).
-    #[arg(long, default_value_t = 3000)]
+    /// ...or this many images, whichever comes first. A cell must be long against what the
+    /// loader holds admitted (~1,400 images with 1,024 in flight), or the images decoded
+    /// before its clock started inflate it: 10,000 keep every cell time-bound here.
+    #[arg(long, default_value_t = 10000)]
     max_images: usize,
     /// Directory for report.md, results.json and plot.svg.
     #[arg(long, default_value = "bench-report")]
@@ -444,9 +446,9 @@ impl CeilingProbe {
     }
 }
 
-/// The warm-up of a cell at `rtt`: as given, and at least four round trips.
+/// The warm-up of a cell at `rtt`: as given, and at least eight round trips.
 fn warmup_for(seconds: f64, rtt: Option<u64>) -> Duration {
-    let trips = Duration::from_millis(4 * rtt.unwrap_or(0));
+    let trips = Duration::from_millis(8 * rtt.unwrap_or(0));
     Duration::from_secs_f64(seconds).max(trips)
 }
 
