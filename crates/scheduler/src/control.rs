@@ -1,16 +1,18 @@
 //! The adaptive in-flight limit: a closed loop that sets how many requests are in flight
 //! from what the engine measures, so no one has to guess rate x latency.
 //!
-//! Every tick the controller looks at what the engine saw since the last one. Requests that
-//! waited for a slot while the CPU stage had room (its threads less than 85% busy over the
-//! last half second, or nothing queued for them) mean the limit holds the run back: it
-//! grows by the requests completed in the tick, which doubles it per round trip as TCP's
-//! slow start does, so it follows the latency without knowing it. Throttling answers or
-//! rising errors cut it to 70%, at most once per round trip while they go on, and growth
-//! waits for half a second of quiet; after a cut it grows by a quarter as fast, probing gently.
-//! A limit far above what the run uses for five seconds is lowered to twice the use, so
-//! memory follows the need. It never leaves `[MIN_LIMIT, bound]`, the bound being the cap
-//! and the byte budget over the mean request.
+//! It starts at 128. Every 50 ms tick the controller looks at what the engine saw since the
+//! last one. Requests that waited for a slot while the CPU stage had room (its threads less
+//! than 85% busy, smoothed over about four ticks, or nothing queued for them) mean the limit
+//! holds the run back: it grows by the requests answered in the tick, which doubles it per
+//! round trip as TCP's slow start does, and jumps (at most x4 a tick) to what Little's law
+//! says keeps the CPU fed, the stage's capacity x the measured latency x 1.5, when that is
+//! higher; past that figure it grows by a quarter as fast. Throttling answers or rising
+//! errors cut it to 70%, at most once per round trip while they go on, and growth waits for
+//! half a second of quiet; after a cut it grows by a quarter as fast, probing gently. A limit
+//! used less than half for five seconds is lowered to twice the use, so memory follows the
+//! need. It never leaves `[MIN_LIMIT, bound]`, the bound being the cap and the byte budget
+//! over the mean request.
 
 use std::fmt;
 use std::sync::Arc;
