@@ -296,7 +296,7 @@ pub fn main(args: Args) -> Result {
                 let concurrency = match strategy {
                     Strategy::Sequential => workers,
                     Strategy::Threads => args.threads,
-                    Strategy::Async => args.max_in_flight.unwrap_or(0),
+                    Strategy::Async => args.max_in_flight.unwrap_or(0), // adaptive: the limit reached, after
                 };
                 let fetch = run::fetch(
                     strategy,
@@ -452,11 +452,11 @@ fn warmup_for(seconds: f64, rtt: Option<u64>) -> Duration {
     Duration::from_secs_f64(seconds).max(trips)
 }
 
-/// A cell's concurrency: as given, or with an adaptive in-flight limit (given as 0), the
-/// limit the loader reached.
+/// A cell's concurrency: as given, or with an adaptive in-flight limit the limit the loader
+/// reached.
 fn adaptive_limit(given: usize, summary: Option<&loader_core::Summary>) -> usize {
     match summary {
-        Some(s) if given == 0 && s.adaptive => s.in_flight_limit,
+        Some(s) if s.adaptive => s.in_flight_limit,
         _ => given,
     }
 }
@@ -593,7 +593,6 @@ fn measure(
         row: row.to_owned(),
         rtt_ms: rtt,
         strategy,
-        // An adaptive limit (0 given): the one it reached.
         concurrency: adaptive_limit(concurrency, summary.as_ref()),
         images,
         seconds,

@@ -41,9 +41,10 @@ const BACKLOG_PER_THREAD: usize = 2;
 const HEADROOM: f64 = 1.5;
 /// Smoothed busy share of the CPU threads over which more fetches would only queue.
 const CPU_FULL: f64 = 0.85;
-/// Weight of a tick in the smoothed CPU share (about four ticks of memory): bursts of
-/// answers, which arrive a round trip after bursts of requests, must not read as a full CPU.
-const CPU_SMOOTHING: f64 = 0.25;
+/// Weight of a tick in the smoothed CPU share, answers and latency (about four ticks of
+/// memory): bursts of answers, which arrive a round trip after bursts of requests, must not
+/// read as a full CPU.
+const SMOOTHING: f64 = 0.25;
 
 /// Why the in-flight limit last changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -158,14 +159,14 @@ impl Controller {
     /// Take one tick's observations; the new limit and why, if it changed.
     pub(crate) fn tick(&mut self, t: Tick) -> Option<(usize, LimitReason)> {
         let bound = self.bound(t.mean_bytes);
-        self.cpu_busy += CPU_SMOOTHING * (t.cpu_busy.clamp(0.0, 1.0) - self.cpu_busy);
+        self.cpu_busy += SMOOTHING * (t.cpu_busy.clamp(0.0, 1.0) - self.cpu_busy);
         self.since_cut = self.since_cut.saturating_add(1);
-        self.done += CPU_SMOOTHING * (t.completed as f64 - self.done);
+        self.done += SMOOTHING * (t.completed as f64 - self.done);
         if t.latency > 0.0 {
             self.latency = if self.latency == 0.0 {
                 t.latency
             } else {
-                self.latency + CPU_SMOOTHING * (t.latency - self.latency)
+                self.latency + SMOOTHING * (t.latency - self.latency)
             };
         }
         let erring = t.completed >= 20 && t.errors * 20 > t.completed;
@@ -255,7 +256,7 @@ struct Seen {
     cpu_us: u64,
     cpu_runs: u64,
     fetch_us: (u64, u64),
-    at: Option<Instant>,
+    at: Instant,
 }
 
 impl Seen {
@@ -268,7 +269,7 @@ impl Seen {
             cpu_us: metrics.cpu_time_us(),
             cpu_runs: metrics.cpu_runs(),
             fetch_us: metrics.fetch_time_us(),
-            at: Some(Instant::now()),
+            at: Instant::now(),
         }
     }
 }
@@ -298,11 +299,10 @@ pub(crate) async fn run(
     loop {
         interval.tick().await;
         let now = Seen::read(&slots, &metrics);
-        let elapsed = match (now.at, last.at) {
-            (Some(now), Some(last)) => now.saturating_duration_since(last),
-            _ => TICK,
-        };
-        let cpu_capacity = elapsed.as_secs_f64() * 1e6 * cpu_threads.max(1) as f64;
+        // The CPU threads' time in the tick, for their busy share.
+        let thread_us = now.at.saturating_duration_since(last.at).as_secs_f64()
+            * 1e6
+            * cpu_threads.max(1) as f64;
         let tick_us = TICK.as_secs_f64() * 1e6;
         // The stage's mean time per item so far, and the items each request feeds.
         let stage_us = now.cpu_us as f64 / now.cpu_runs.max(1) as f64;
@@ -324,7 +324,7 @@ pub(crate) async fn run(
             errors: now.errors.saturating_sub(last.errors),
             in_flight: metrics.in_flight(),
             cpu_backlog: metrics.awaiting_cpu(),
-            cpu_busy: now.cpu_us.saturating_sub(last.cpu_us) as f64 / cpu_capacity.max(1.0),
+            cpu_busy: now.cpu_us.saturating_sub(last.cpu_us) as f64 / thread_us.max(1.0),
             cpu_capacity: capacity,
             latency,
             mean_bytes: metrics.bytes_fetched().checked_div(now.done).unwrap_or(0),

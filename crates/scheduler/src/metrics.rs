@@ -249,9 +249,15 @@ impl Metrics {
         self.limit.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn fetch_started(&self) -> InFlight<'_> {
+    /// One more request in flight; how many are now.
+    fn took_off(&self) -> usize {
         let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.in_flight_peak.fetch_max(now, Ordering::Relaxed);
+        now
+    }
+
+    pub(crate) fn fetch_started(&self) -> InFlight<'_> {
+        let now = self.took_off();
         self.in_flight_sum.fetch_add(now as u64, Ordering::Relaxed);
         InFlight {
             metrics: self,
@@ -262,8 +268,7 @@ impl Metrics {
     /// A hedge is in flight until the guard drops; its latency is not a fetch's.
     pub(crate) fn hedge_started(&self) -> HedgeInFlight<'_> {
         self.hedges_sent.fetch_add(1, Ordering::Relaxed);
-        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        self.in_flight_peak.fetch_max(now, Ordering::Relaxed);
+        self.took_off();
         HedgeInFlight { metrics: self }
     }
 

@@ -127,7 +127,7 @@ impl Unit {
         };
         let _guard = cx.metrics.fetch_started();
         let started = Instant::now();
-        let request = self.hedged(cx);
+        let request = self.hedged(cx, started);
         // A custom backend's panic is its error naming the key and backend: unwound
         // through the engine it would lose the items and leave their batch waiting.
         let result = match AssertUnwindSafe(request).catch_unwind().await {
@@ -169,12 +169,11 @@ impl Unit {
     /// the first answer wins, and dropping the other cancels it. A hedge takes no slot of
     /// the in-flight limit (the budget bounds hedges): behind a saturated limit, a stalled
     /// request would otherwise never be hedged.
-    async fn hedged(&self, cx: &FetchContext) -> Result<Bytes, Error> {
+    async fn hedged(&self, cx: &FetchContext, started: Instant) -> Result<Bytes, Error> {
         let Some(hedger) = &cx.hedger else {
             return self.request(cx).await;
         };
         hedger.sent();
-        let started = Instant::now();
         let first = self.request(cx);
         tokio::pin!(first);
         let result = match hedger.delay() {

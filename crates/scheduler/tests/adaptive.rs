@@ -7,68 +7,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use loader_scheduler::{
-    BatchPlan, Config, Engine, Fetch, LimitReason, SampleInfo, StageError, Summary, WorkItem,
-};
+use loader_scheduler::{Config, Fetch, LimitReason, Summary};
 use loader_storage::layer::{Latency, RetryConfig};
-use loader_storage::{DynStorage, StorageExt, from_url};
-use loader_testkit::watchdog::within;
+use loader_storage::{DynStorage, StorageExt};
 
-const HANG_LIMIT: Duration = Duration::from_secs(60);
+mod support;
 
-fn files(count: usize) -> (tempfile::TempDir, loader_storage::DynStorage) {
-    let dir = tempfile::tempdir().unwrap();
-    for i in 0..count {
-        std::fs::write(dir.path().join(format!("{i:05}")), (i as u64).to_le_bytes()).unwrap();
-    }
-    let store = from_url(
-        &dir.path().to_string_lossy(),
-        Vec::<(String, String)>::new(),
-    )
-    .unwrap();
-    (dir, store)
-}
+use support::files;
 
-fn plans(count: u64, batch: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
-    let batches = count.div_ceil(batch);
-    (0..batches).map(move |b| BatchPlan {
-        epoch: 0,
-        position: b * batch,
-        items: (b * batch..((b + 1) * batch).min(count))
-            .map(|i| WorkItem::object(i, format!("{i:05}")))
-            .collect(),
-        last_in_epoch: b + 1 == batches,
-    })
-}
-
-/// Run every batch; the delivered indices in order and the final summary.
+/// Every batch with `fetch` on 2 decode threads, in batches of 32.
 fn drain(store: DynStorage, count: u64, fetch: Fetch) -> (Vec<u64>, Summary) {
-    let stage = Arc::new(|bytes: Bytes, _: &SampleInfo| -> Result<u64, StageError> {
-        let raw: [u8; 8] = bytes
-            .as_ref()
-            .try_into()
-            .map_err(|_| "8 bytes".to_string())?;
-        Ok(u64::from_le_bytes(raw))
-    });
     let config = Config {
         fetch,
         decode_threads: 2,
         ..Config::default()
     };
-    within(HANG_LIMIT, "an adaptive epoch", move || {
-        let mut engine = Engine::start(store, stage, plans(count, 32), &config).unwrap();
-        let mut seen = Vec::new();
-        while let Some(batch) = engine.next_blocking() {
-            let batch = batch.unwrap();
-            assert!(batch.skipped.is_empty());
-            for (info, value) in batch.samples {
-                assert_eq!(info.index, value, "the sample's bytes are its own");
-                seen.push(info.index);
-            }
-        }
-        (seen, engine.metrics().summary())
-    })
+    let (seen, summary, _) = support::drain(store, count, 32, config);
+    (seen, summary)
 }
 
 #[test]

@@ -12,68 +12,24 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use loader_scheduler::{
-    BatchPlan, Config, Engine, Fetch, Hedge, SampleInfo, StageError, Summary, WorkItem,
-};
+use loader_scheduler::{Config, Fetch, Hedge, Summary};
 use loader_storage::layer::Latency;
-use loader_storage::{DynStorage, ObjectMeta, Storage, StorageExt, from_url};
-use loader_testkit::watchdog::within;
+use loader_storage::{DynStorage, ObjectMeta, Storage, StorageExt};
 use proptest::prelude::*;
 
-const HANG_LIMIT: Duration = Duration::from_secs(60);
+mod support;
 
-fn files(count: usize) -> (tempfile::TempDir, DynStorage) {
-    let dir = tempfile::tempdir().unwrap();
-    for i in 0..count {
-        std::fs::write(dir.path().join(format!("{i:05}")), (i as u64).to_le_bytes()).unwrap();
-    }
-    let store = from_url(
-        &dir.path().to_string_lossy(),
-        Vec::<(String, String)>::new(),
-    )
-    .unwrap();
-    (dir, store)
-}
+use support::files;
 
-fn plans(count: u64, batch: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
-    let batches = count.div_ceil(batch);
-    (0..batches).map(move |b| BatchPlan {
-        epoch: 0,
-        position: b * batch,
-        items: (b * batch..((b + 1) * batch).min(count))
-            .map(|i| WorkItem::object(i, format!("{i:05}")))
-            .collect(),
-        last_in_epoch: b + 1 == batches,
-    })
-}
-
-/// Every batch; the delivered indices in order, the summary, and requests in flight after.
+/// Every batch with at most 16 in flight, 2 decode threads and `hedge`.
 fn drain(store: DynStorage, count: u64, batch: u64, hedge: Hedge) -> (Vec<u64>, Summary, usize) {
-    let stage = Arc::new(|bytes: Bytes, _: &SampleInfo| -> Result<u64, StageError> {
-        let raw: [u8; 8] = bytes
-            .as_ref()
-            .try_into()
-            .map_err(|_| "8 bytes".to_string())?;
-        Ok(u64::from_le_bytes(raw))
-    });
     let config = Config {
         fetch: Fetch::Async { max_in_flight: 16 },
         decode_threads: 2,
         hedge: Some(hedge),
         ..Config::default()
     };
-    within(HANG_LIMIT, "a hedged epoch", move || {
-        let mut engine = Engine::start(store, stage, plans(count, batch), &config).unwrap();
-        let mut seen = Vec::new();
-        while let Some(batch) = engine.next_blocking() {
-            for (info, value) in batch.unwrap().samples {
-                assert_eq!(info.index, value, "the sample's bytes are its own");
-                seen.push(info.index);
-            }
-        }
-        let metrics = engine.metrics();
-        (seen, metrics.summary(), metrics.in_flight())
-    })
+    support::drain(store, count, batch, config)
 }
 
 /// The first request for every `every`-th object, after the first `after`, stalls for a
