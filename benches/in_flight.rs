@@ -2,14 +2,16 @@
 //! against fixed limits, at several latencies, with a CPU stage that sleeps 2 ms on 64
 //! threads (standing in for 64 decode cores, 32,000 items/s, without using the CPU), over
 //! a memory store behind the latency layer. Each cell runs for `CELL` from the engine's
-//! start, so the adaptive limit's ramp is charged to it. Then a cell whose latency jumps
+//! start, so the adaptive limit's ramp is charged to it; each setting runs three times,
+//! interleaved with the others, and its median counts. Then a cell whose latency jumps
 //! from 20 to 200 ms mid-run, printing items/s per second. Last, hedging: a heavy-tailed
 //! latency (log-normal, median 20 ms, p99 200 ms) with in-flight fixed at rate x median (no
 //! over-provisioning to hide the tail), without and with `Hedge::default()`: the consumer's
-//! wait per batch at p50 and p99, and the extra requests.
+//! wait per batch at p50 and p99, and the extra requests. The engine alone (a trivial stage)
+//! is the `engine` bench.
 //!
-//! `cargo bench -p loader-benches --bench in_flight` (LOADER_BENCH_LATENCIES=10,100,500 and
-//! LOADER_BENCH_FIXED=64,256,1024,4096,16384 choose the sweep)
+//! `cargo bench -p loader-benches --bench in_flight` (LOADER_BENCH_LATENCIES=0,10,50,100,200,500
+//! and LOADER_BENCH_FIXED=16,64,256,1024,4096,16384 choose the sweep)
 
 #[path = "support/memory.rs"]
 mod memory;
@@ -29,6 +31,8 @@ const ITEMS: usize = 20_000;
 const CELL: Duration = Duration::from_secs(6);
 const THREADS: usize = 64;
 const STAGE: Duration = Duration::from_millis(2);
+/// Runs of each setting, interleaved; the median is reported.
+const ROUNDS: usize = 3;
 
 fn list(var: &str, default: &[u64]) -> Vec<u64> {
     std::env::var(var)
@@ -102,21 +106,9 @@ fn cell(
         std::thread::sleep(STAGE);
         Ok(b.len())
     });
-    run_cell(store, fetch, hedge, stage, THREADS, at)
-}
-
-/// [`cell`] with any stage on `threads` threads.
-fn run_cell(
-    store: DynStorage,
-    fetch: Fetch,
-    hedge: Option<Hedge>,
-    stage: loader_core::scheduler::Stage<usize>,
-    threads: usize,
-    at: impl Fn(Duration),
-) -> (Vec<f64>, Summary) {
     let config = Config {
         fetch,
-        decode_threads: threads,
+        decode_threads: THREADS,
         prefetch: 8,
         hedge,
         ..Config::default()
@@ -141,8 +133,8 @@ fn main() {
         .map(|i| (format!("k/{i:06}"), vec![i as u8; 100]))
         .collect();
     let memory = memory::memory_store(&objects);
-    let latencies = list("LOADER_BENCH_LATENCIES", &[10, 100, 500]);
-    let fixed = list("LOADER_BENCH_FIXED", &[64, 256, 1024, 4096, 16384]);
+    let latencies = list("LOADER_BENCH_LATENCIES", &[0, 10, 50, 100, 200, 500]);
+    let fixed = list("LOADER_BENCH_FIXED", &[16, 64, 256, 1024, 4096, 16384]);
     println!(
         "{THREADS} threads x {} ms stage (ceiling {:.0} items/s), {} s per cell from the start",
         STAGE.as_millis(),
@@ -153,31 +145,50 @@ fn main() {
         let store: DynStorage = Arc::new(
             Arc::clone(&memory).with_latency(Latency::Fixed(Duration::from_millis(ms)), 1),
         );
-        let mut best = (0.0f64, 0u64);
-        for &n in &fixed {
-            let (rates, _) = cell(
-                Arc::clone(&store),
-                Fetch::Async {
-                    max_in_flight: n as usize,
-                },
-                None,
-                |_| {},
-            );
-            let rate = rates.iter().sum::<f64>() / rates.len() as f64;
-            println!("{ms:>4} ms  fixed {n:>6}: {rate:>8.0} items/s");
-            if rate > best.0 {
-                best = (rate, n);
+        // Fixed limits, then the adaptive default (`None`), interleaved over the rounds.
+        let settings: Vec<Option<u64>> = fixed.iter().copied().map(Some).chain([None]).collect();
+        let mut runs: Vec<Vec<(f64, f64, usize)>> = settings.iter().map(|_| Vec::new()).collect();
+        for _ in 0..ROUNDS {
+            for (setting, runs) in settings.iter().zip(&mut runs) {
+                let fetch = match setting {
+                    Some(n) => Fetch::Async {
+                        max_in_flight: *n as usize,
+                    },
+                    None => Fetch::default(),
+                };
+                let (rates, summary) = cell(Arc::clone(&store), fetch, None, |_| {});
+                let rate = rates.iter().sum::<f64>() / rates.len() as f64;
+                let steady = rates[2..].iter().sum::<f64>() / (rates.len() - 2) as f64;
+                runs.push((rate, steady, summary.in_flight_limit));
             }
         }
-        let (rates, summary) = cell(Arc::clone(&store), Fetch::default(), None, |_| {});
-        let limit = summary.in_flight_limit;
-        let rate = rates.iter().sum::<f64>() / rates.len() as f64;
-        let steady = rates[2..].iter().sum::<f64>() / (rates.len() - 2) as f64;
-        println!(
-            "{ms:>4} ms  adaptive   : {rate:>8.0} items/s ({:.0}% of the best fixed, {}; after 2 s {steady:.0}), limit reached {limit}",
-            100.0 * rate / best.0,
-            best.1
-        );
+        let median = |runs: &mut Vec<(f64, f64, usize)>| {
+            runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            runs[runs.len() / 2]
+        };
+        let mut best = (0.0f64, 0u64);
+        for (setting, runs) in settings.iter().zip(&mut runs) {
+            let all: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.0)).collect();
+            let (rate, steady, limit) = median(runs);
+            match setting {
+                Some(n) => {
+                    println!(
+                        "{ms:>4} ms  fixed {n:>6}: {rate:>8.0} items/s (median of {ROUNDS}: {})",
+                        all.join(" ")
+                    );
+                    if rate > best.0 {
+                        best = (rate, *n);
+                    }
+                }
+                None => println!(
+                    "{ms:>4} ms  adaptive   : {rate:>8.0} items/s (median of {ROUNDS}: {}), \
+                     {:.0}% of the best fixed ({}); after 2 s {steady:.0}; limit reached {limit}",
+                    all.join(" "),
+                    100.0 * rate / best.0,
+                    best.1
+                ),
+            }
+        }
     }
     // A store that slows down mid-run.
     let ms = Arc::new(AtomicU64::new(20));
@@ -198,30 +209,6 @@ fn main() {
         jump.as_secs(),
         rates.join(" ")
     );
-
-    // The engine alone: a trivial stage on 2 threads, at 0 ms and with 10,000 requests in
-    // flight at 500 ms.
-    let trivial: loader_core::scheduler::Stage<usize> =
-        Arc::new(|b: Bytes, _: &SampleInfo| -> Result<usize, StageError> { Ok(b.len()) });
-    for (ms, fetch) in [
-        (0, Fetch::default()),
-        (
-            500,
-            Fetch::Async {
-                max_in_flight: 10_000,
-            },
-        ),
-    ] {
-        let store: DynStorage = Arc::new(
-            Arc::clone(&memory).with_latency(Latency::Fixed(Duration::from_millis(ms)), 1),
-        );
-        let (rates, s) = run_cell(store, fetch, None, Arc::clone(&trivial), 2, |_| {});
-        let steady = rates[2..].iter().sum::<f64>() / (rates.len() - 2) as f64;
-        println!(
-            "engine alone, trivial stage, {ms} ms, {fetch:?}: {steady:.0} items/s after 2 s, {:.0} in flight on average",
-            s.mean_in_flight
-        );
-    }
 
     // Hedging against a heavy tail, in-flight at rate x median.
     let tail = Latency::LogNormal {

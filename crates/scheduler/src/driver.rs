@@ -14,7 +14,7 @@ use crate::engine::{Output, panic_message};
 use crate::item::{BatchPlan, EngineError, RawBatch, SampleInfo};
 use crate::strategy::Strategy;
 use crate::unit::{KeptChunks, coalesce};
-use crate::work::{ItemResult, Job, Shared};
+use crate::work::{ItemResult, Job, Results, Shared};
 
 pub(crate) struct Driver<T> {
     shared: Arc<Shared<T>>,
@@ -24,7 +24,7 @@ pub(crate) struct Driver<T> {
     prefetch: usize,
     coalesce: (u64, u64),
     out: mpsc::Sender<Output<T>>,
-    results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
+    results: mpsc::UnboundedReceiver<Results<T>>,
     /// Item slots: admitted items not yet taken by the consumer, at most.
     window: Arc<Semaphore>,
     /// The largest plan the window has been sized for so far.
@@ -108,7 +108,7 @@ impl<T: Send + 'static> Driver<T> {
         strategy: Box<dyn Strategy<T>>,
         config: &Config,
         out: mpsc::Sender<Output<T>>,
-        results: mpsc::UnboundedReceiver<(u64, ItemResult<T>)>,
+        results: mpsc::UnboundedReceiver<Results<T>>,
         decoded: Option<Decoded<T>>,
     ) -> Self {
         Self {
@@ -226,12 +226,15 @@ impl<T: Send + 'static> Driver<T> {
             };
             tokio::select! {
                 biased;
-                Some((seq, result)) = self.results.recv() => {
-                    if let Some(decoded) = &mut self.decoded {
-                        let weight = result.as_ref().ok().map(|(_, v)| (decoded.weigh)(v) as u64);
-                        decoded.arrived(weight);
+                Some(results) = self.results.recv() => {
+                    for (seq, result) in results {
+                        if let Some(decoded) = &mut self.decoded {
+                            let weight =
+                                result.as_ref().ok().map(|(_, v)| (decoded.weigh)(v) as u64);
+                            decoded.arrived(weight);
+                        }
+                        asm.put(self.order, seq, result);
                     }
-                    asm.put(self.order, seq, result);
                     while let Some((pending, items)) = asm.take_front(self.order) {
                         let (n, position) = (pending.len, pending.position);
                         let permits = asm.take_permits(n);
@@ -241,7 +244,7 @@ impl<T: Send + 'static> Driver<T> {
                         });
                         let stop = batch.is_err();
                         // Backpressure: this waits while `prefetch` batches are queued;
-                        // item tasks and pool jobs go on meanwhile.
+                        // fetch tasks and pool jobs go on meanwhile.
                         if self.out.send(batch).await.is_err() || stop {
                             return;
                         }
@@ -252,13 +255,14 @@ impl<T: Send + 'static> Driver<T> {
                     }
                 }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                    // Item tasks catch their own panics and report them as the item's
-                    // error; one that escaped would leave its batch waiting forever.
+                    // Fetch tasks (one per admitted run of items) catch their items' panics
+                    // and report them as the items' errors; one that escaped would leave
+                    // its batches waiting forever.
                     if let Err(e) = joined
                         && e.is_panic()
                     {
                         let error = EngineError::Panicked {
-                            what: "an item task",
+                            what: "a fetch task",
                             message: panic_message(&*e.into_panic()),
                         };
                         let _ = self.out.send(Err(error)).await;

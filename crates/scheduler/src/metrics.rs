@@ -228,8 +228,9 @@ impl Metrics {
         self.tally.retried() + self.fetch_errors.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn cpu_queued(&self) {
-        self.awaiting_cpu.fetch_add(1, Ordering::Relaxed);
+    /// `items` fetched items were queued for the CPU stage.
+    pub(crate) fn cpu_queued(&self, items: usize) {
+        self.awaiting_cpu.fetch_add(items, Ordering::Relaxed);
     }
 
     /// Fetched items waiting for a CPU thread now.
@@ -398,6 +399,13 @@ pub(crate) struct InFlight<'a> {
     started: Instant,
 }
 
+impl InFlight<'_> {
+    /// When the fetch started: one clock read serves the metrics, the hedge and the trace.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+}
+
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -420,6 +428,13 @@ impl Drop for HedgeInFlight<'_> {
 pub(crate) struct Decoding<'a> {
     metrics: &'a Metrics,
     started: Instant,
+}
+
+impl Decoding<'_> {
+    /// When the stage started: one clock read serves the metrics and the trace.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
 }
 
 impl Drop for Decoding<'_> {

@@ -21,10 +21,16 @@ pub(crate) struct Pool {
 #[derive(Clone)]
 pub(crate) struct PoolHandle {
     jobs: Sender<Job>,
+    threads: usize,
     closed: Arc<AtomicBool>,
 }
 
 impl PoolHandle {
+    /// The pool's threads.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// Queue a job; after shutdown it is dropped unrun.
     pub(crate) fn execute(&self, job: impl FnOnce() + Send + 'static) {
         if !self.closed.load(Ordering::Acquire) {
@@ -37,7 +43,8 @@ impl Pool {
     pub(crate) fn new(prefix: &str, size: usize) -> std::io::Result<Self> {
         let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
         let closed = Arc::new(AtomicBool::new(false));
-        let threads = (0..size.max(1))
+        let size = size.max(1);
+        let threads = (0..size)
             .map(|n| {
                 let (queue, closed): (Receiver<Job>, _) = (queue.clone(), Arc::clone(&closed));
                 std::thread::Builder::new()
@@ -59,7 +66,11 @@ impl Pool {
             })
             .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Self {
-            handle: PoolHandle { jobs, closed },
+            handle: PoolHandle {
+                jobs,
+                threads: size,
+                closed,
+            },
             threads,
         })
     }

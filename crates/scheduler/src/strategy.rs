@@ -133,8 +133,6 @@ impl<T: Send + 'static> Strategy<T> for Async {
         true
     }
     fn launch(&self, shared: &Arc<Shared<T>>, jobs: Vec<Job>, tasks: &mut JoinSet<()>) {
-        for job in jobs {
-            tasks.spawn(fetch_then_decode(Arc::clone(shared), job));
-        }
+        tasks.spawn(fetch_then_decode(Arc::clone(shared), jobs));
     }
 }

@@ -125,8 +125,8 @@ impl Unit {
                 "the loader stopped",
             )));
         };
-        let _guard = cx.metrics.fetch_started();
-        let started = Instant::now();
+        let guard = cx.metrics.fetch_started();
+        let started = guard.started();
         let request = self.hedged(cx, started);
         // A custom backend's panic is its error naming the key and backend: unwound
         // through the engine it would lose the items and leave their batch waiting.
@@ -170,9 +170,20 @@ impl Unit {
     /// the in-flight limit (the budget bounds hedges): behind a saturated limit, a stalled
     /// request would otherwise never be hedged.
     async fn hedged(&self, cx: &FetchContext, started: Instant) -> Result<Bytes, Error> {
-        let Some(hedger) = &cx.hedger else {
-            return self.request(cx).await;
-        };
+        match &cx.hedger {
+            None => self.request(cx).await,
+            // Boxed: inline, the race's timer and second request would triple the size of
+            // every item's future, hedged or not, and each is moved and allocated per item.
+            Some(hedger) => Box::pin(self.race(cx, hedger, started)).await,
+        }
+    }
+
+    async fn race(
+        &self,
+        cx: &FetchContext,
+        hedger: &Hedger,
+        started: Instant,
+    ) -> Result<Bytes, Error> {
         hedger.sent();
         let first = self.request(cx);
         tokio::pin!(first);

@@ -113,11 +113,13 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
     // Random heavy-tailed latencies, batch sizes and eager hedging: whatever answers first,
-    // the epoch is every sample once, in the plan's order.
+    // the epoch is every sample once, in the plan's order. At least 200 items, so the
+    // hedger arms (after 64 answers) and, hedging past the median with half a request of
+    // budget per request, does hedge: a run that never raced would prove nothing.
     #[test]
     fn hedging_never_repeats_loses_or_reorders_a_sample(
         seed in any::<u64>(),
-        count in 50u64..400,
+        count in 200u64..400,
         batch in 1u64..40,
         median_ms in 1u64..5,
     ) {
@@ -131,5 +133,6 @@ proptest! {
         let (seen, summary, in_flight) = drain(store, count, batch, hedge);
         prop_assert_eq!(seen, (0..count).collect::<Vec<_>>());
         prop_assert_eq!(in_flight, 0, "{}", summary);
+        prop_assert!(summary.hedges_sent > 0, "no hedge was sent: {}", summary);
     }
 }
