@@ -9,7 +9,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use loader_core::storage::layer::{CacheConfig, CachePolicy, StorageMetrics};
 use loader_core::webdataset::WebDataset;
-use loader_core::{DataLoader, Dataset, DynStorage, RawBatch, SampleInfo, StorageExt, from_url};
+use loader_core::{
+    DataLoader, DataLoaderBuilder, Dataset, DynStorage, Fetch, RawBatch, SampleInfo, StorageExt,
+    from_url,
+};
 use loader_testkit::watchdog::no_hang;
 use loader_testkit::{DatasetSpec, S3Server};
 
@@ -23,6 +26,15 @@ fn fingerprint(bytes: &[u8]) -> u64 {
 }
 
 fn loader(store: DynStorage, dataset: Dataset, cache: Option<CacheConfig>, epochs: u64) -> Loader {
+    builder(store, dataset, cache, epochs).build().unwrap()
+}
+
+fn builder(
+    store: DynStorage,
+    dataset: Dataset,
+    cache: Option<CacheConfig>,
+    epochs: u64,
+) -> DataLoaderBuilder<(u64, u64), Vec<(u64, u64)>> {
     let mut builder = DataLoader::builder(store, dataset)
         .map(
             |bytes: Bytes, info: &SampleInfo| Ok((info.index, fingerprint(&bytes))),
@@ -36,7 +48,7 @@ fn loader(store: DynStorage, dataset: Dataset, cache: Option<CacheConfig>, epoch
     if let Some(config) = cache {
         builder = builder.cache(config);
     }
-    builder.build().unwrap()
+    builder
 }
 
 fn epoch(loader: &mut Loader) -> Vec<(u64, u64)> {
@@ -178,7 +190,13 @@ fn a_cache_of_half_the_dataset_keeps_what_the_next_epochs_read() {
                 policy,
                 ..CacheConfig::default()
             };
-            let mut l = loader(Arc::clone(&store), dataset.clone(), Some(config), epochs);
+            // Few requests in flight, as against a dataset far larger than the window: with
+            // a whole epoch in flight every read is looked up before any of that epoch's
+            // answers enters the cache, and then LRU too keeps the right half.
+            let mut l = builder(Arc::clone(&store), dataset.clone(), Some(config), epochs)
+                .fetch(Fetch::Async { max_in_flight: 4 })
+                .build()
+                .unwrap();
             for _ in 0..epochs {
                 assert_eq!(epoch(&mut l).len(), 200);
             }
