@@ -5,9 +5,10 @@
 //! the coming epochs need.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use loader_core::storage::layer::{CacheConfig, CachePolicy, StorageMetrics};
+use loader_core::storage::layer::{CacheConfig, CachePolicy, Latency, StorageMetrics};
 use loader_core::webdataset::WebDataset;
 use loader_core::{
     DataLoader, DataLoaderBuilder, Dataset, DynStorage, Fetch, RawBatch, SampleInfo, StorageExt,
@@ -216,5 +217,46 @@ fn a_cache_of_half_the_dataset_keeps_what_the_next_epochs_read() {
             rates[1],
             rates[0]
         );
+    });
+}
+
+#[test]
+fn cache_hits_are_not_taken_for_the_stores_latency() {
+    no_hang("hits apart", || {
+        let root = tempfile::tempdir().unwrap();
+        DatasetSpec::tiny(48, 3)
+            .write(&root.path().join("data"))
+            .unwrap();
+        let server = S3Server::start(root.path()).unwrap();
+        let (store, requests) = counted(&server);
+        let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+        let latency = Duration::from_millis(30);
+        let slow = store.with_latency(Latency::Fixed(latency), 1).into_dyn();
+        let config = CacheConfig {
+            dir: None,
+            memory_bytes: 1 << 30,
+            ..CacheConfig::default()
+        };
+        // One request at a time: at the epochs' seam no read of epoch two can join a
+        // request of epoch one still under way (that would be the store's latency).
+        let mut l = builder(slow, dataset, Some(config), 2)
+            .fetch(Fetch::Async { max_in_flight: 1 })
+            .build()
+            .unwrap();
+        let before = requests.snapshot().requests;
+        for _ in 0..2 {
+            assert_eq!(epoch(&mut l).len(), 48);
+        }
+        let summary = l.metrics().unwrap().summary();
+        assert_eq!(requests.snapshot().requests - before, 48, "{summary}");
+        // Epoch one went to the store, epoch two to the cache: the store's latency (what
+        // the in-flight controller and the hedger go by) is the delayed requests' alone.
+        assert_eq!(
+            (summary.fetch.count, summary.cached.count),
+            (48, 48),
+            "{summary}"
+        );
+        assert!(summary.fetch.p50 >= latency, "{summary}");
+        assert!(summary.to_string().contains("cache hit"), "{summary}");
     });
 }

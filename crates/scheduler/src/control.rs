@@ -6,9 +6,10 @@
 //! than 85% busy, smoothed over about four ticks, or nothing queued for them) mean the limit
 //! holds the run back: it grows by the requests answered in the tick, which doubles it per
 //! round trip as TCP's slow start does, and jumps (at most x4 a tick) to what Little's law
-//! says keeps the CPU fed, the stage's capacity x the measured latency x 1.5, when that is
-//! higher; past that figure it grows by a quarter as fast. Throttling answers or rising
-//! errors cut it to 70%, at most once per round trip while they go on, and growth waits for
+//! says keeps the CPU fed, the stage's capacity x the mean time a request holds its slot x
+//! 1.5, when that is higher; past that figure it grows by a quarter as fast. Throttling
+//! answers or rising errors cut it to 70%, at most once per round trip to the store (its
+//! latency measured without the answers a cache gave) while they go on, and growth waits for
 //! half a second of quiet; after a cut it grows by a quarter as fast, probing gently. A limit
 //! used less than half for five seconds is lowered to twice the use, so memory follows the
 //! need. It never leaves `[MIN_LIMIT, bound]`, the bound being the cap and the byte budget
@@ -98,8 +99,12 @@ pub(crate) struct Tick {
     /// Requests the CPU stage could take per tick at full speed (its threads over its mean
     /// time per item, over the items per request); 0 while unknown.
     pub(crate) cpu_capacity: f64,
-    /// Mean latency of the requests answered during the tick, in ticks; 0 if none was.
+    /// Mean latency of the requests the store answered during the tick, in ticks; 0 if
+    /// none was. A cache's answers are left out: they say nothing of the store.
     pub(crate) latency: f64,
+    /// Mean time the requests answered during the tick held their slot, cache hits
+    /// included, in ticks: what Little's law wants, as hits take slots too, if briefly.
+    pub(crate) hold: f64,
     /// Bytes per request, on average so far (0 before the first answer).
     pub(crate) mean_bytes: u64,
 }
@@ -120,6 +125,7 @@ pub(crate) struct Controller {
     cpu_busy: f64,
     done: f64,
     latency: f64,
+    hold: f64,
     unused: u32,
     used: usize,
 }
@@ -138,6 +144,7 @@ impl Controller {
             cpu_busy: 0.0,
             done: 0.0,
             latency: 0.0,
+            hold: 0.0,
             unused: 0,
             used: 0,
         }
@@ -162,21 +169,21 @@ impl Controller {
         self.cpu_busy += SMOOTHING * (t.cpu_busy.clamp(0.0, 1.0) - self.cpu_busy);
         self.since_cut = self.since_cut.saturating_add(1);
         self.done += SMOOTHING * (t.completed as f64 - self.done);
-        if t.latency > 0.0 {
-            self.latency = if self.latency == 0.0 {
-                t.latency
-            } else {
-                self.latency + SMOOTHING * (t.latency - self.latency)
-            };
-        }
+        smooth(&mut self.latency, t.latency);
+        smooth(&mut self.hold, t.hold);
         let erring = t.completed >= 20 && t.errors * 20 > t.completed;
         if t.throttled > 0 || erring {
             self.quiet = 0;
             self.slow_start = false;
-            // The answers to requests sent before a cut still arrive for a round trip: cut
-            // again only if the trouble outlasts that.
-            let round_trip =
-                (t.in_flight as f64 / self.done.max(1e-3)).clamp(CUT_TICKS.0, CUT_TICKS.1);
+            // The answers to requests sent before a cut still arrive for a round trip to the
+            // store: cut again only if the trouble outlasts that. Before the store's latency
+            // is known, Little's law on what is in flight estimates it.
+            let round_trip = if self.latency > 0.0 {
+                self.latency
+            } else {
+                t.in_flight as f64 / self.done.max(1e-3)
+            }
+            .clamp(CUT_TICKS.0, CUT_TICKS.1);
             if f64::from(self.since_cut) < round_trip {
                 return None;
             }
@@ -202,11 +209,11 @@ impl Controller {
             let done = usize::try_from(t.completed)
                 .unwrap_or(usize::MAX)
                 .min(self.limit);
-            // Little's law on what was measured: the CPU's rate times the latency is what
-            // keeps it fed. Below that, straight there (at most x4 a tick) rather than by
+            // Little's law on what was measured: the CPU's rate times the time a request
+            // holds its slot is what keeps it fed. Below that, straight there (at most x4 a tick) rather than by
             // doublings, which at 500 ms take seconds; above it, only gently, as after a cut.
-            let needed = (t.cpu_capacity > 0.0 && self.latency > 0.0)
-                .then_some((HEADROOM * t.cpu_capacity * self.latency) as usize);
+            let needed = (t.cpu_capacity > 0.0 && self.hold > 0.0)
+                .then_some((HEADROOM * t.cpu_capacity * self.hold) as usize);
             let fast = self.slow_start && needed.is_none_or(|n| self.limit < n);
             let step = if fast { done } else { done / 4 }.max(1);
             let mut next = self.limit.saturating_add(step);
@@ -246,6 +253,17 @@ impl Controller {
 /// How often the loop looks: a few times per round trip of a remote store.
 const TICK: Duration = Duration::from_millis(50);
 
+/// Fold a tick's mean into a smoothed one; a tick without answers (0) leaves it.
+fn smooth(smoothed: &mut f64, tick: f64) {
+    if tick > 0.0 {
+        *smoothed = if *smoothed == 0.0 {
+            tick
+        } else {
+            *smoothed + SMOOTHING * (tick - *smoothed)
+        };
+    }
+}
+
 /// Counters the loop takes differences of.
 #[derive(Clone, Copy)]
 struct Seen {
@@ -256,6 +274,7 @@ struct Seen {
     cpu_us: u64,
     cpu_runs: u64,
     fetch_us: (u64, u64),
+    cached_us: (u64, u64),
     at: Instant,
 }
 
@@ -269,6 +288,7 @@ impl Seen {
             cpu_us: metrics.cpu_time_us(),
             cpu_runs: metrics.cpu_runs(),
             fetch_us: metrics.fetch_time_us(),
+            cached_us: metrics.cached_time_us(),
             at: Instant::now(),
         }
     }
@@ -312,10 +332,16 @@ pub(crate) async fn run(
         } else {
             tick_us * cpu_threads.max(1) as f64 / stage_us.max(1.0) / items_per_request.max(1e-3)
         };
-        let answered = now.fetch_us.1.saturating_sub(last.fetch_us.1);
-        let latency = match answered {
+        // Mean time per request over the tick, in ticks, of (time, count) running totals.
+        let mean = |now: (u64, u64), last: (u64, u64)| match now.1.saturating_sub(last.1) {
+            0 => (0.0, 0),
+            n => (now.0.saturating_sub(last.0) as f64 / n as f64 / tick_us, n),
+        };
+        let (latency, by_store) = mean(now.fetch_us, last.fetch_us);
+        let (hit, by_cache) = mean(now.cached_us, last.cached_us);
+        let hold = match by_store + by_cache {
             0 => 0.0,
-            n => now.fetch_us.0.saturating_sub(last.fetch_us.0) as f64 / n as f64 / tick_us,
+            n => (latency * by_store as f64 + hit * by_cache as f64) / n as f64,
         };
         let tick = Tick {
             completed: now.done.saturating_sub(last.done),
@@ -327,6 +353,7 @@ pub(crate) async fn run(
             cpu_busy: now.cpu_us.saturating_sub(last.cpu_us) as f64 / thread_us.max(1.0),
             cpu_capacity: capacity,
             latency,
+            hold,
             mean_bytes: metrics.bytes_fetched().checked_div(now.done).unwrap_or(0),
         };
         last = now;
@@ -421,6 +448,7 @@ mod tests {
                 cpu_busy: taken as f64 / self.cpu_rate as f64,
                 cpu_capacity: self.cpu_rate as f64,
                 latency: if completed > 0 { self.rtt as f64 } else { 0.0 },
+                hold: if completed > 0 { self.rtt as f64 } else { 0.0 },
                 mean_bytes: 100_000,
             };
             (taken, tick)
@@ -529,5 +557,26 @@ mod tests {
             "still enough for 50 x 10: {}",
             trace[599].0
         );
+    }
+
+    #[test]
+    fn a_caches_quick_answers_do_not_hasten_the_next_cut() {
+        // The store's round trip is 10 ticks, but most answers are a cache's, within the
+        // tick: counted with them, the round trip would look like the shortest allowed.
+        let mut c = Controller::new(100_000, 1 << 40, 8);
+        let tick = Tick {
+            completed: 1_000,
+            throttled: 5,
+            in_flight: 200,
+            cpu_busy: 0.5,
+            cpu_capacity: 1_000.0,
+            latency: 10.0,
+            hold: 1.0,
+            mean_bytes: 1_000,
+            ..Tick::default()
+        };
+        let cuts = (0..10).filter(|_| c.tick(tick).is_some()).count();
+        assert_eq!(cuts, 1, "one cut per round trip of the store");
+        assert_eq!(c.limit(), START_LIMIT * 7 / 10);
     }
 }

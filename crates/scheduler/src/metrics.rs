@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -18,6 +18,9 @@ pub struct Metrics {
     config_in_flight: usize,
     config_cpu_threads: usize,
     fetch: Timer,
+    /// Requests a cache layer answered without the store, timed apart so that `fetch` is
+    /// the store's latency, which the controller and the hedger go by.
+    cached: Timer,
     decode: Timer,
     queue_wait: Timer,
     consumer_wait: Timer,
@@ -31,7 +34,7 @@ pub struct Metrics {
     /// Sum over fetches of the in-flight count at their start, to report the mean.
     in_flight_sum: AtomicU64,
     /// Set when the engine's drop had to leave a blocking read's thread behind.
-    detached: std::sync::atomic::AtomicBool,
+    detached: AtomicBool,
     /// The in-flight limit now, whether it adapts, and why it last changed.
     limit: AtomicUsize,
     adaptive: bool,
@@ -80,6 +83,13 @@ impl Timer {
             .saturating_record(us);
     }
 
+    fn totals(&self) -> (u64, u64) {
+        (
+            self.total_us.load(Ordering::Relaxed),
+            self.count.load(Ordering::Relaxed),
+        )
+    }
+
     fn summary(&self) -> StageSummary {
         let hist = self.hist.lock().unwrap_or_else(|p| p.into_inner());
         let at = |q| Duration::from_micros(hist.value_at_quantile(q));
@@ -122,8 +132,10 @@ pub struct Summary {
     pub failures: u64,
     /// Bytes fetched.
     pub bytes: u64,
-    /// Fetch latency per item.
+    /// Latency of the requests the store answered (or failed).
     pub fetch: StageSummary,
+    /// Requests a cache layer answered without asking the store, and their latency.
+    pub cached: StageSummary,
     /// CPU stage time per item.
     pub decode: StageSummary,
     /// How long finished batches waited in the ready queue for the consumer.
@@ -171,6 +183,7 @@ impl Metrics {
             config_in_flight: adaptive_cap.unwrap_or(max_in_flight),
             config_cpu_threads: cpu_threads,
             fetch: Timer::new(),
+            cached: Timer::new(),
             decode: Timer::new(),
             queue_wait: Timer::new(),
             consumer_wait: Timer::new(),
@@ -182,7 +195,7 @@ impl Metrics {
             decoding: AtomicUsize::new(0),
             ready_batches: AtomicUsize::new(0),
             in_flight_sum: AtomicU64::new(0),
-            detached: std::sync::atomic::AtomicBool::new(false),
+            detached: AtomicBool::new(false),
             limit: AtomicUsize::new(max_in_flight),
             adaptive: adaptive_cap.is_some(),
             limit_reason: Mutex::new(LimitReason::Start),
@@ -263,6 +276,7 @@ impl Metrics {
         InFlight {
             metrics: self,
             started: Instant::now(),
+            cached: AtomicBool::new(false),
         }
     }
 
@@ -291,12 +305,15 @@ impl Metrics {
         self.decode.count.load(Ordering::Relaxed)
     }
 
-    /// Time spent in requests so far, and requests timed, for the recent latency.
+    /// Time spent in requests the store answered so far, and their count: the store's
+    /// recent latency.
     pub(crate) fn fetch_time_us(&self) -> (u64, u64) {
-        (
-            self.fetch.total_us.load(Ordering::Relaxed),
-            self.fetch.count.load(Ordering::Relaxed),
-        )
+        self.fetch.totals()
+    }
+
+    /// The same for requests a cache answered without the store.
+    pub(crate) fn cached_time_us(&self) -> (u64, u64) {
+        self.cached.totals()
     }
 
     /// Bytes fetched so far.
@@ -363,19 +380,20 @@ impl Metrics {
     /// Everything so far.
     pub fn summary(&self) -> Summary {
         let fetch = self.fetch.summary();
+        let cached = self.cached.summary();
         Summary {
             elapsed: self.started.elapsed(),
             items: self.items.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             fetch,
+            cached,
             decode: self.decode.summary(),
             queue_wait: self.queue_wait.summary(),
             consumer_wait: self.consumer_wait.summary(),
-            mean_in_flight: if fetch.count == 0 {
-                0.0
-            } else {
-                self.in_flight_sum.load(Ordering::Relaxed) as f64 / fetch.count as f64
+            mean_in_flight: match fetch.count + cached.count {
+                0 => 0.0,
+                n => self.in_flight_sum.load(Ordering::Relaxed) as f64 / n as f64,
             },
             peak_in_flight: self.in_flight_peak.load(Ordering::Relaxed),
             max_in_flight: self.config_in_flight,
@@ -397,6 +415,7 @@ impl Metrics {
 pub(crate) struct InFlight<'a> {
     metrics: &'a Metrics,
     started: Instant,
+    cached: AtomicBool,
 }
 
 impl InFlight<'_> {
@@ -404,12 +423,27 @@ impl InFlight<'_> {
     pub(crate) fn started(&self) -> Instant {
         self.started
     }
+
+    /// A cache answered this fetch without the store: it is not timed as the store's.
+    pub(crate) fn served_by_cache(&self) {
+        self.cached.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a cache answered it.
+    pub(crate) fn cached(&self) -> bool {
+        self.cached.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.fetch.record(self.started.elapsed());
+        let timer = if self.cached() {
+            &self.metrics.cached
+        } else {
+            &self.metrics.fetch
+        };
+        timer.record(self.started.elapsed());
     }
 }
 
@@ -552,6 +586,9 @@ impl fmt::Display for Summary {
             )
         };
         stage(f, "fetch", &self.fetch)?;
+        if self.cached.count > 0 {
+            stage(f, "cache hit", &self.cached)?;
+        }
         stage(f, "decode", &self.decode)?;
         stage(f, "queue wait", &self.queue_wait)?;
         stage(f, "consumer wait", &self.consumer_wait)?;
@@ -610,6 +647,7 @@ mod tests {
             failures: 0,
             bytes: 100_000_000,
             fetch: stage(50, 1000),
+            cached: stage(0, 0),
             decode: stage(4, 1000),
             queue_wait: stage(0, 16),
             consumer_wait: stage(30, 16),

@@ -5,7 +5,6 @@ use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -15,7 +14,7 @@ use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::hedge::{Hedge, Hedger};
 use crate::item::{Chunk, Member, WorkItem};
-use crate::metrics::Metrics;
+use crate::metrics::{InFlight, Metrics};
 use crate::slots::Slots;
 
 /// The byte budget counts in KiB: a semaphore takes at most `u32::MAX` permits at once.
@@ -127,7 +126,7 @@ impl Unit {
         };
         let guard = cx.metrics.fetch_started();
         let started = guard.started();
-        let request = self.hedged(cx, started);
+        let request = self.hedged(cx, &guard);
         // A custom backend's panic is its error naming the key and backend: unwound
         // through the engine it would lose the items and leave their batch waiting.
         let result = match AssertUnwindSafe(request).catch_unwind().await {
@@ -154,27 +153,31 @@ impl Unit {
         })
     }
 
-    /// The request, once.
-    async fn request(&self, cx: &FetchContext) -> Result<Bytes, Error> {
-        counted(Arc::clone(&cx.metrics.tally), async {
+    /// The request, once; `fetch` learns if a cache answered it.
+    async fn request(&self, cx: &FetchContext, fetch: &InFlight<'_>) -> Result<Bytes, Error> {
+        let (answer, met) = counted(Arc::clone(&cx.metrics.tally), async {
             match &self.range {
                 Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
                 None => cx.storage.get(&self.key).await,
             }
         })
-        .await
+        .await;
+        if met.cached {
+            fetch.served_by_cache();
+        }
+        answer
     }
 
     /// The request, sent again when it is slower than the hedge delay and the budget allows;
     /// the first answer wins, and dropping the other cancels it. A hedge takes no slot of
     /// the in-flight limit (the budget bounds hedges): behind a saturated limit, a stalled
     /// request would otherwise never be hedged.
-    async fn hedged(&self, cx: &FetchContext, started: Instant) -> Result<Bytes, Error> {
+    async fn hedged(&self, cx: &FetchContext, fetch: &InFlight<'_>) -> Result<Bytes, Error> {
         match &cx.hedger {
-            None => self.request(cx).await,
+            None => self.request(cx, fetch).await,
             // Boxed: inline, the race's timer and second request would triple the size of
             // every item's future, hedged or not, and each is moved and allocated per item.
-            Some(hedger) => Box::pin(self.race(cx, hedger, started)).await,
+            Some(hedger) => Box::pin(self.race(cx, hedger, fetch)).await,
         }
     }
 
@@ -182,10 +185,10 @@ impl Unit {
         &self,
         cx: &FetchContext,
         hedger: &Hedger,
-        started: Instant,
+        fetch: &InFlight<'_>,
     ) -> Result<Bytes, Error> {
         hedger.sent();
-        let first = self.request(cx);
+        let first = self.request(cx, fetch);
         tokio::pin!(first);
         let result = match hedger.delay() {
             None => first.await,
@@ -197,7 +200,7 @@ impl Unit {
                         if hedger.spend(retries) {
                             let second = async {
                                 let _in_flight = cx.metrics.hedge_started();
-                                self.request(cx).await
+                                self.request(cx, fetch).await
                             };
                             tokio::pin!(second);
                             first_answer(cx, first, second).await
@@ -208,8 +211,10 @@ impl Unit {
                 }
             }
         };
-        if result.is_ok() {
-            hedger.answered(started.elapsed());
+        // The delay is a quantile of the store's latency: a cache's quick answers would pull
+        // it down, and the budget would go on requests that are only slower than a hit.
+        if result.is_ok() && !fetch.cached() {
+            hedger.answered(fetch.started().elapsed());
         }
         result
     }

@@ -1,8 +1,10 @@
 //! What a request met on its way besides its answer. A retry layer hides the throttling
-//! answers and failures it retried; a caller that adapts its request rate needs them. The
-//! caller runs requests inside [`counted`], and layers [`note`] what they see into the
-//! tally of the request running in their task, however deep the stack of wrappers.
+//! answers and failures it retried, a cache that the store was never asked; a caller that
+//! adapts its request rate to the store needs both. The caller runs requests inside
+//! [`counted`], and layers [`note`] what they see into the tally of the request running in
+//! their task, however deep the stack of wrappers.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +24,17 @@ pub enum Seen {
     Throttled,
     /// An attempt failed and was retried.
     Retried,
+    /// A cache answered the whole request without asking the store: its latency is not
+    /// the store's.
+    Cached,
+}
+
+/// What one request run inside [`counted`] met, beyond the tally's counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Met {
+    /// A layer answered it without the store ([`Seen::Cached`]).
+    pub cached: bool,
 }
 
 impl RequestTally {
@@ -39,23 +52,45 @@ impl RequestTally {
         match seen {
             Seen::Throttled => &self.throttled,
             Seen::Retried => &self.retried,
+            Seen::Cached => return,
         }
         .fetch_add(1, Ordering::Relaxed);
     }
 }
 
-tokio::task_local! {
-    static TALLY: Arc<RequestTally>;
+/// The request's scope: the shared tally, and what this request alone met.
+struct Scope {
+    tally: Arc<RequestTally>,
+    cached: Cell<bool>,
 }
 
-/// Run `request` with what layers see counted into `tally`.
-pub async fn counted<F: Future>(tally: Arc<RequestTally>, request: F) -> F::Output {
-    TALLY.scope(tally, request).await
+tokio::task_local! {
+    static SCOPE: Scope;
+}
+
+/// Run `request` with what layers see counted into `tally`; also what it met alone.
+pub async fn counted<F: Future>(tally: Arc<RequestTally>, request: F) -> (F::Output, Met) {
+    let scoped = SCOPE.scope(
+        Scope {
+            tally,
+            cached: Cell::new(false),
+        },
+        request,
+    );
+    tokio::pin!(scoped);
+    let output = (&mut scoped).await;
+    let cached = scoped.take_value().is_some_and(|s| s.cached.get());
+    (output, Met { cached })
 }
 
 /// Count `seen` for the request running in this task, if it runs inside [`counted`].
 pub fn note(seen: Seen) {
-    let _ = TALLY.try_with(|tally| tally.add(seen));
+    let _ = SCOPE.try_with(|scope| {
+        if seen == Seen::Cached {
+            scope.cached.set(true);
+        }
+        scope.tally.add(seen);
+    });
 }
 
 #[cfg(test)]
@@ -66,12 +101,27 @@ mod tests {
     async fn counts_inside_the_scope_only() {
         let tally = Arc::new(RequestTally::default());
         note(Seen::Throttled); // outside: nowhere to count
-        counted(Arc::clone(&tally), async {
+        let ((), met) = counted(Arc::clone(&tally), async {
             note(Seen::Throttled);
             note(Seen::Retried);
             note(Seen::Retried);
         })
         .await;
         assert_eq!((tally.throttled(), tally.retried()), (1, 2));
+        assert!(!met.cached);
+    }
+
+    #[tokio::test]
+    async fn a_cached_answer_is_the_requests_own() {
+        let tally = Arc::new(RequestTally::default());
+        let (hit, miss) = futures::join!(
+            counted(Arc::clone(&tally), async {
+                tokio::task::yield_now().await;
+                note(Seen::Cached);
+            }),
+            counted(Arc::clone(&tally), tokio::task::yield_now()),
+        );
+        assert!(hit.1.cached);
+        assert!(!miss.1.cached);
     }
 }

@@ -9,7 +9,8 @@
 //!   local disk) of the object it was made from, and is served only if this run's view of
 //!   the object matches. That view comes from the listings and HEADs that pass through the
 //!   cache and from [`Cache::learn`] (a dataset's index); an object known from neither is
-//!   asked about with one HEAD, once per run. A hit costs no request.
+//!   asked about with one HEAD, once per run. A hit costs no request, and is noted
+//!   ([`tally::Seen::Cached`]) so that a caller does not take its latency for the store's.
 //! - **Single flight**: concurrent reads of one entry make one request.
 //! - **Crash-safe**: a file is written under `tmp/` and renamed into place, and carries a
 //!   checksum verified on every read; a corrupt or stale file is dropped and fetched again.
@@ -43,6 +44,7 @@ use bytes::{Bytes, BytesMut};
 use futures::future::{self, BoxFuture, FutureExt};
 use futures::stream::{BoxStream, StreamExt};
 
+use crate::tally::{self, Seen};
 use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
 use disk::{Disk, Job, Writer};
 use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id, file_len};
@@ -678,13 +680,14 @@ impl<S: Storage + 'static> CacheStore<S> {
         &self.cache.shared
     }
 
-    /// This run's view of `key` when entries must be validated: known, or asked for once.
-    async fn origin(&self, key: &str) -> Result<Option<Origin>> {
+    /// This run's view of `key` when entries must be validated: known, or asked for once;
+    /// and whether this read waited for the store's answer to a HEAD.
+    async fn origin(&self, key: &str) -> Result<(Option<Origin>, bool)> {
         if !self.cache.validates() {
-            return Ok(None);
+            return Ok((None, false));
         }
         if let Some(origin) = lock(&self.shared().state).known.get(key) {
-            return Ok(Some(origin.clone()));
+            return Ok((Some(origin.clone()), false));
         }
         let head = {
             let mut heads = lock(&self.shared().heads);
@@ -715,7 +718,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         lock(&self.shared().state)
             .known
             .insert(key.to_owned(), origin.clone());
-        Ok(Some(origin))
+        Ok((Some(origin), true))
     }
 
     /// The bytes of `units` of `key` that neither tier had when looked up: each run of
@@ -877,12 +880,14 @@ impl<S: Storage + 'static> CacheStore<S> {
         .shared()
     }
 
-    /// Serve `units` of `key`: memory, then disk, then one request for the rest.
+    /// Serve `units` of `key`: memory, then disk, then one request for the rest. `asked`:
+    /// the read already waited for the store (a HEAD), so it is not the cache's alone.
     async fn serve(
         &self,
         key: &str,
         units: Vec<(EntryId, Unit)>,
         origin: Option<Origin>,
+        asked: bool,
     ) -> Result<Vec<Bytes>> {
         let ids: Vec<EntryId> = units.iter().map(|(id, _)| *id).collect();
         let sources = self.shared().look_up(&ids);
@@ -915,7 +920,10 @@ impl<S: Storage + 'static> CacheStore<S> {
         let served: u64 = parts.iter().flatten().map(|b| b.len() as u64).sum();
         Counters::add(&counters.bytes_served, served);
         Counters::add(&counters.misses, missing.len() as u64);
-        if !missing.is_empty() {
+        if missing.is_empty() && !asked {
+            // The caller must not take this read's latency for the store's.
+            tally::note(Seen::Cached);
+        } else if !missing.is_empty() {
             let mut fetched = self
                 .fetch(key, &missing, origin.as_ref())
                 .await?
@@ -935,14 +943,14 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
     }
 
     async fn get(&self, key: &str) -> Result<Bytes> {
-        let origin = self.origin(key).await?;
+        let (origin, asked) = self.origin(key).await?;
         let unit = (entry_id(key, Unit::Whole), Unit::Whole);
-        let mut parts = self.serve(key, vec![unit], origin).await?;
+        let mut parts = self.serve(key, vec![unit], origin, asked).await?;
         Ok(parts.pop().unwrap_or_default())
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let origin = self.origin(key).await?;
+        let (origin, asked) = self.origin(key).await?;
         let end = origin.as_ref().map_or(range.end, |o| range.end.min(o.size));
         if range.start >= end {
             // Empty, or past the end: the store answers as it does.
@@ -954,7 +962,7 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
         let units: Vec<(EntryId, Unit)> = blocks
             .map(|n| (entry_id(key, Unit::Block(n)), Unit::Block(n)))
             .collect();
-        let parts = self.serve(key, units, origin).await?;
+        let parts = self.serve(key, units, origin, asked).await?;
         // Cut the read out of its blocks: zero-copy when it lies within one.
         let mut pieces = Vec::with_capacity(parts.len());
         for (k, part) in parts.into_iter().enumerate() {
