@@ -14,15 +14,15 @@
 
 #[path = "support/memory.rs"]
 mod memory;
+#[path = "support/plans.rs"]
+mod plans;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use loader_core::scheduler::{
-    BatchPlan, Config, Engine, Fetch, SampleInfo, StageError, Summary, WorkItem,
-};
+use loader_core::scheduler::{Config, Engine, Fetch, SampleInfo, StageError, Summary};
 use loader_core::storage::layer::Latency;
 use loader_core::storage::{Error, ErrorKind, ObjectMeta};
 use loader_core::{DataLoader, Dataset, DynStorage, Storage, StorageExt};
@@ -30,10 +30,6 @@ use loader_core::{DataLoader, Dataset, DynStorage, Storage, StorageExt};
 const ITEMS: usize = 20_000;
 const CELL: Duration = Duration::from_secs(6);
 const WARM_UP: Duration = Duration::from_secs(1);
-
-fn key(i: usize) -> String {
-    format!("k/{i:06}")
-}
 
 /// A map from key to bytes: the cheapest store there is, so the engine is what is measured.
 #[derive(Debug)]
@@ -68,23 +64,6 @@ impl Storage for MapStore {
     ) -> futures::stream::BoxStream<'a, loader_core::storage::Result<ObjectMeta>> {
         Box::pin(futures::stream::empty())
     }
-}
-
-/// Endless epochs of batches of 64 over the store's items. The keys are made once, as a
-/// sampler over a dataset shares them: the engine's cost is measured, not `format!`'s.
-fn plans() -> impl Iterator<Item = BatchPlan> + Send + 'static {
-    let keys: Arc<[Arc<str>]> = (0..ITEMS).map(|i| key(i).into()).collect();
-    (0u64..).flat_map(move |epoch| {
-        let keys = Arc::clone(&keys);
-        (0..(ITEMS / 64) as u64).map(move |b| BatchPlan {
-            epoch,
-            position: b * 64,
-            items: (b * 64..b * 64 + 64)
-                .map(|i| WorkItem::object(i, Arc::clone(&keys[i as usize])))
-                .collect(),
-            last_in_epoch: b + 1 == (ITEMS / 64) as u64,
-        })
-    })
 }
 
 /// CPU time of the engine's runtime thread (`loader-io`) so far, from the scheduler's own
@@ -151,7 +130,8 @@ fn engine_cell(store: DynStorage, fetch: Fetch) -> (Measured, Summary) {
         prefetch: 8,
         ..Config::default()
     };
-    let mut engine = Engine::start(store, stage, plans(), &config).expect("engine");
+    let mut engine =
+        Engine::start(store, stage, plans::endless(ITEMS, 64), &config).expect("engine");
     let measured = measure(|| {
         engine
             .next_blocking()
@@ -164,7 +144,7 @@ fn engine_cell(store: DynStorage, fetch: Fetch) -> (Measured, Summary) {
 }
 
 fn loader_cell(store: DynStorage, fetch: Fetch) -> (Measured, Summary) {
-    let dataset = Dataset::from_pairs((0..ITEMS).map(|i| (key(i), 0)));
+    let dataset = Dataset::from_pairs((0..ITEMS).map(|i| (plans::key(i), 0)));
     let mut loader = DataLoader::builder(store, dataset)
         .batch_size(64)
         .fetch(fetch)
@@ -234,7 +214,9 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn main() {
-    let objects: Vec<(String, Vec<u8>)> = (0..ITEMS).map(|i| (key(i), vec![i as u8; 16])).collect();
+    let objects: Vec<(String, Vec<u8>)> = (0..ITEMS)
+        .map(|i| (plans::key(i), vec![i as u8; 16]))
+        .collect();
     let map: DynStorage = Arc::new(MapStore(
         objects
             .iter()

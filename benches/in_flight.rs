@@ -15,15 +15,15 @@
 
 #[path = "support/memory.rs"]
 mod memory;
+#[path = "support/plans.rs"]
+mod plans;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use loader_core::scheduler::{
-    BatchPlan, Config, Engine, Fetch, Hedge, SampleInfo, StageError, Summary, WorkItem,
-};
+use loader_core::scheduler::{Config, Engine, Fetch, Hedge, SampleInfo, StageError, Summary};
 use loader_core::storage::layer::Latency;
 use loader_core::{DynStorage, Storage, StorageExt};
 
@@ -39,20 +39,6 @@ fn list(var: &str, default: &[u64]) -> Vec<u64> {
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| default.to_vec())
-}
-
-/// Endless epochs of batches of 64 over the store's items.
-fn plans() -> impl Iterator<Item = BatchPlan> + Send + 'static {
-    (0u64..).flat_map(|epoch| {
-        (0..(ITEMS / 64) as u64).map(move |b| BatchPlan {
-            epoch,
-            position: b * 64,
-            items: (b * 64..b * 64 + 64)
-                .map(|i| WorkItem::object(i, format!("k/{i:06}")))
-                .collect(),
-            last_in_epoch: b + 1 == (ITEMS / 64) as u64,
-        })
-    })
 }
 
 /// A store whose latency is `ms.load()` milliseconds at each request.
@@ -113,7 +99,8 @@ fn cell(
         hedge,
         ..Config::default()
     };
-    let mut engine = Engine::start(store, stage, plans(), &config).expect("engine");
+    let mut engine =
+        Engine::start(store, stage, plans::endless(ITEMS, 64), &config).expect("engine");
     let start = Instant::now();
     let mut per_second = vec![0u64; CELL.as_secs() as usize];
     while let Some(batch) = engine.next_blocking() {
@@ -130,7 +117,7 @@ fn cell(
 
 fn main() {
     let objects: Vec<(String, Vec<u8>)> = (0..ITEMS)
-        .map(|i| (format!("k/{i:06}"), vec![i as u8; 100]))
+        .map(|i| (plans::key(i), vec![i as u8; 100]))
         .collect();
     let memory = memory::memory_store(&objects);
     let latencies = list("LOADER_BENCH_LATENCIES", &[0, 10, 50, 100, 200, 500]);

@@ -65,6 +65,42 @@ fn counted(server: &S3Server) -> (DynStorage, Arc<StorageMetrics>) {
     (store.into_dyn(), metrics)
 }
 
+/// An ImageFolder of `images` in `classes` on the in-process S3 server, listed through its
+/// counted store. Bind `_root` and `_server` by name: left to `..`, they would be dropped at
+/// once, and the server and its files with them.
+struct Served {
+    _root: tempfile::TempDir,
+    _server: S3Server,
+    store: DynStorage,
+    requests: Arc<StorageMetrics>,
+    dataset: Dataset,
+}
+
+fn image_folder(images: usize, classes: usize) -> Served {
+    let root = tempfile::tempdir().unwrap();
+    DatasetSpec::tiny(images, classes)
+        .write(&root.path().join("data"))
+        .unwrap();
+    let server = S3Server::start(root.path()).unwrap();
+    let (store, requests) = counted(&server);
+    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+    Served {
+        _root: root,
+        _server: server,
+        store,
+        requests,
+        dataset,
+    }
+}
+
+fn memory_cache(bytes: u64) -> CacheConfig {
+    CacheConfig {
+        dir: None,
+        memory_bytes: bytes,
+        ..CacheConfig::default()
+    }
+}
+
 fn disk_cache(dir: &std::path::Path) -> CacheConfig {
     CacheConfig {
         dir: Some(dir.to_path_buf()),
@@ -77,14 +113,14 @@ fn disk_cache(dir: &std::path::Path) -> CacheConfig {
 #[test]
 fn image_folder_epoch_two_and_run_two_make_no_request() {
     no_hang("cached image folder", || {
-        let root = tempfile::tempdir().unwrap();
-        DatasetSpec::tiny(48, 3)
-            .write(&root.path().join("data"))
-            .unwrap();
-        let server = S3Server::start(root.path()).unwrap();
+        let Served {
+            _root,
+            _server,
+            store,
+            requests,
+            dataset,
+        } = image_folder(48, 3);
         let cache_dir = tempfile::tempdir().unwrap();
-        let (store, requests) = counted(&server);
-        let dataset = Dataset::image_folder_blocking(&*store).unwrap();
 
         let mut plain = loader(Arc::clone(&store), dataset.clone(), None, 2);
         let want: Vec<_> = (0..2).map(|_| epoch(&mut plain)).collect();
@@ -174,22 +210,20 @@ fn shards_epoch_two_makes_no_request() {
 #[test]
 fn a_cache_of_half_the_dataset_keeps_what_the_next_epochs_read() {
     no_hang("half cache", || {
-        let root = tempfile::tempdir().unwrap();
-        DatasetSpec::tiny(200, 4)
-            .write(&root.path().join("data"))
-            .unwrap();
-        let server = S3Server::start(root.path()).unwrap();
-        let (store, _) = counted(&server);
-        let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+        let Served {
+            _root,
+            _server,
+            store,
+            dataset,
+            ..
+        } = image_folder(200, 4);
         let total: u64 = dataset.objects().iter().map(|o| o.size).sum();
         let epochs = 4;
         let mut rates = Vec::new();
         for policy in [CachePolicy::Lru, CachePolicy::Future] {
             let config = CacheConfig {
-                dir: None,
-                memory_bytes: total / 2,
                 policy,
-                ..CacheConfig::default()
+                ..memory_cache(total / 2)
             };
             // Few requests in flight, as against a dataset far larger than the window: with
             // a whole epoch in flight every read is looked up before any of that epoch's
@@ -223,20 +257,16 @@ fn a_cache_of_half_the_dataset_keeps_what_the_next_epochs_read() {
 #[test]
 fn cache_hits_are_not_taken_for_the_stores_latency() {
     no_hang("hits apart", || {
-        let root = tempfile::tempdir().unwrap();
-        DatasetSpec::tiny(48, 3)
-            .write(&root.path().join("data"))
-            .unwrap();
-        let server = S3Server::start(root.path()).unwrap();
-        let (store, requests) = counted(&server);
-        let dataset = Dataset::image_folder_blocking(&*store).unwrap();
+        let Served {
+            _root,
+            _server,
+            store,
+            requests,
+            dataset,
+        } = image_folder(48, 3);
         let latency = Duration::from_millis(30);
         let slow = store.with_latency(Latency::Fixed(latency), 1).into_dyn();
-        let config = CacheConfig {
-            dir: None,
-            memory_bytes: 1 << 30,
-            ..CacheConfig::default()
-        };
+        let config = memory_cache(1 << 30);
         // One request at a time: at the epochs' seam no read of epoch two can join a
         // request of epoch one still under way (that would be the store's latency).
         let mut l = builder(slow, dataset, Some(config), 2)

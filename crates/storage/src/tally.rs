@@ -47,15 +47,6 @@ impl RequestTally {
     pub fn retried(&self) -> u64 {
         self.retried.load(Ordering::Relaxed)
     }
-
-    fn add(&self, seen: Seen) {
-        match seen {
-            Seen::Throttled => &self.throttled,
-            Seen::Retried => &self.retried,
-            Seen::Cached => return,
-        }
-        .fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// The request's scope: the shared tally, and what this request alone met.
@@ -86,10 +77,16 @@ pub async fn counted<F: Future>(tally: Arc<RequestTally>, request: F) -> (F::Out
 /// Count `seen` for the request running in this task, if it runs inside [`counted`].
 pub fn note(seen: Seen) {
     let _ = SCOPE.try_with(|scope| {
-        if seen == Seen::Cached {
-            scope.cached.set(true);
-        }
-        scope.tally.add(seen);
+        let counter = match seen {
+            Seen::Throttled => &scope.tally.throttled,
+            Seen::Retried => &scope.tally.retried,
+            // The request's own, not the tally's.
+            Seen::Cached => {
+                scope.cached.set(true);
+                return;
+            }
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     });
 }
 

@@ -920,10 +920,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let served: u64 = parts.iter().flatten().map(|b| b.len() as u64).sum();
         Counters::add(&counters.bytes_served, served);
         Counters::add(&counters.misses, missing.len() as u64);
-        if missing.is_empty() && !asked {
-            // The caller must not take this read's latency for the store's.
-            tally::note(Seen::Cached);
-        } else if !missing.is_empty() {
+        if !missing.is_empty() {
             let mut fetched = self
                 .fetch(key, &missing, origin.as_ref())
                 .await?
@@ -931,6 +928,9 @@ impl<S: Storage + 'static> CacheStore<S> {
             for part in parts.iter_mut().filter(|p| p.is_none()) {
                 *part = fetched.next();
             }
+        } else if !asked {
+            // The caller must not take this read's latency for the store's.
+            tally::note(Seen::Cached);
         }
         Ok(parts.into_iter().map(Option::unwrap_or_default).collect())
     }
