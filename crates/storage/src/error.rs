@@ -21,6 +21,12 @@ pub enum ErrorKind {
     InvalidKey,
     /// The store cannot do this operation (e.g. listing a plain HTTP server).
     Unsupported,
+    /// The store's settings are wrong: a URL that does not parse, an unknown option, a
+    /// value of the wrong form. Not retried.
+    Config,
+    /// The object is no longer the version asked for ([`Storage::get_range_if`](crate::Storage::get_range_if)):
+    /// it was rewritten since it was listed. Not retried: the caller decides.
+    Changed,
     /// Anything else; not retried.
     Other,
 }
@@ -43,6 +49,8 @@ impl ErrorKind {
             ErrorKind::PermissionDenied => "permission denied",
             ErrorKind::InvalidKey => "invalid key",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Changed => "changed",
+            ErrorKind::Config => "invalid store settings",
             ErrorKind::Other => "failed",
         }
     }
@@ -199,6 +207,8 @@ mod tests {
             ErrorKind::PermissionDenied,
             ErrorKind::InvalidKey,
             ErrorKind::Unsupported,
+            ErrorKind::Changed,
+            ErrorKind::Config,
             ErrorKind::Other,
         ] {
             assert!(!kind.is_retryable(), "{kind:?}");

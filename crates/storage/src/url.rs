@@ -12,12 +12,18 @@ use url::Url;
 
 use crate::backend::object_store::{Flavor, map_error};
 use crate::backend::{LocalStore, ObjectStoreAdapter};
+use crate::redact::redact;
 use crate::{DEFAULT_MAX_READ_BYTES, DynStorage, Error, ErrorKind, Result};
 
 /// How long object_store may take to connect, and to finish a whole request. Generous,
 /// because the per-request [`TimeoutStore`](crate::layer::TimeoutStore) is the real bound.
 const CONNECT_TIMEOUT: &str = "5s";
 const REQUEST_TIMEOUT: &str = "60s";
+/// Idle connections kept per host, and for how long: the in-flight limit may reach
+/// thousands at high latency, and without a bound every connection it ever opened stayed
+/// open until the store was dropped. A burst above this reconnects.
+const POOL_MAX_IDLE: &str = "1024";
+const POOL_IDLE_TIMEOUT: &str = "30s";
 
 /// Open the store a URL names.
 ///
@@ -70,7 +76,7 @@ where
         }
         Err(e) => {
             return Err(
-                Error::new(ErrorKind::Other, redact(url), "", "not a valid URL").with_source(e),
+                Error::new(ErrorKind::Config, redact(url), "", "not a valid URL").with_source(e),
             );
         }
     };
@@ -79,7 +85,7 @@ where
         "file" => {
             let path = parsed.to_file_path().map_err(|()| {
                 Error::new(
-                    ErrorKind::Other,
+                    ErrorKind::Config,
                     &name,
                     "",
                     "a file URL needs an absolute local path",
@@ -113,37 +119,8 @@ where
     }
 }
 
-/// The URL without user info, query or fragment, which is where credentials hide; also
-/// for a URL that does not parse, whose text is cut the same way by hand (a secret key
-/// with a `/` in it is exactly what makes `s3://KEY:SECRET@bucket` fail to parse).
-pub(crate) fn redact(url: &str) -> String {
-    match Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.to_string().trim_end_matches('/').to_owned()
-        }
-        Err(_) => {
-            // Everything up to the last '@' may be user info, whatever it contains (even a
-            // '?'); showing too little of a broken URL is fine, showing a secret is not.
-            let (scheme, rest) = match url.split_once("://") {
-                Some((scheme, rest)) => (Some(scheme), rest),
-                None => (None, url),
-            };
-            let rest = rest.rsplit_once('@').map_or(rest, |(_, after)| after);
-            let rest = rest.split(['?', '#']).next().unwrap_or_default();
-            match scheme {
-                Some(scheme) => format!("{scheme}://{rest}"),
-                None => rest.to_owned(),
-            }
-        }
-    }
-}
-
 fn config_error(name: &str, message: String) -> Error {
-    Error::new(ErrorKind::Other, name, "", message)
+    Error::new(ErrorKind::Config, name, "", message)
 }
 
 fn no_options(name: &str, options: &[(String, String)]) -> Result<()> {
@@ -215,7 +192,9 @@ fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<ObjectStore
     let client = |k: ClientConfigKey| AmazonS3ConfigKey::Client(k);
     let mut builder = AmazonS3Builder::new()
         .with_config(client(ClientConfigKey::ConnectTimeout), CONNECT_TIMEOUT)
-        .with_config(client(ClientConfigKey::Timeout), REQUEST_TIMEOUT);
+        .with_config(client(ClientConfigKey::Timeout), REQUEST_TIMEOUT)
+        .with_config(client(ClientConfigKey::PoolMaxIdlePerHost), POOL_MAX_IDLE)
+        .with_config(client(ClientConfigKey::PoolIdleTimeout), POOL_IDLE_TIMEOUT);
     // The environment first (AWS_* variables meant for other tools are skipped), then the
     // caller's options, which must all be known.
     let env = std::env::vars()
@@ -279,6 +258,8 @@ fn http(name: &str, url: &Url, options: &[(String, String)]) -> Result<ObjectSto
         .with_url(url.as_str())
         .with_config(ClientConfigKey::ConnectTimeout, CONNECT_TIMEOUT)
         .with_config(ClientConfigKey::Timeout, REQUEST_TIMEOUT)
+        .with_config(ClientConfigKey::PoolMaxIdlePerHost, POOL_MAX_IDLE)
+        .with_config(ClientConfigKey::PoolIdleTimeout, POOL_IDLE_TIMEOUT)
         .with_config(
             ClientConfigKey::AllowHttp,
             (url.scheme() == "http").to_string(),

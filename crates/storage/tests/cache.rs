@@ -222,6 +222,39 @@ fn a_corrupted_entry_file_is_detected_and_fetched_again() {
     });
 }
 
+// Issue 25, defect 22: readers racing on one damaged file each found it damaged and each
+// counted it, so the counter said 8 for one file.
+#[test]
+fn a_damaged_file_read_by_racing_readers_is_counted_once() {
+    no_hang("racing readers of a corrupt entry", || {
+        let data = tempfile::tempdir().unwrap();
+        let keys = objects(data.path(), 1, 3000);
+        let cache_dir = tempfile::tempdir().unwrap();
+        rt().block_on(async {
+            let open = || {
+                local(data.path())
+                    .with_cache(config(cache_dir.path(), 0, 1 << 20))
+                    .unwrap()
+            };
+            let store = open();
+            store.get(&keys[0]).await.unwrap();
+            drop(store);
+            let files = entry_files(cache_dir.path());
+            let mut bytes = std::fs::read(&files[0]).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+            std::fs::write(&files[0], bytes).unwrap();
+            let store = open();
+            let reads = (0..8).map(|_| store.get(&keys[0]));
+            for read in futures::future::join_all(reads).await {
+                assert_eq!(read.unwrap(), bytes_of(0, 3000));
+            }
+            let snap = store.cache().snapshot();
+            assert_eq!(snap.corrupt, 1, "{snap}");
+        });
+    });
+}
+
 #[test]
 fn many_concurrent_readers_of_one_key_make_one_request() {
     no_hang("single flight", || {

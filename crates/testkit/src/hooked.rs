@@ -63,6 +63,10 @@ impl Storage for HookedStore {
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         self.inner.get_range(key, range).await
     }
+
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.inner.get_range_if(key, range, version).await
+    }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.inner.head(key).await
     }

@@ -88,7 +88,7 @@ impl DirStore {
             bytes,
             etag,
             hashed,
-        } = read.map_err(|e| s3_error!(e, NoSuchKey))?;
+        } = read.map_err(io_error)?;
         let len = bytes.len() as u64;
         if hashed && let Ok(mut etags) = self.etags.lock() {
             etags.insert(path, (len, modified, etag.clone()));
@@ -102,6 +102,17 @@ impl DirStore {
             e_tag: Some(ETag::Strong(etag)),
             ..Default::default()
         }))
+    }
+}
+
+/// A failed file read as S3 answers it: a missing file is `NoSuchKey`, anything else (out
+/// of file descriptors, say) a 503 `SlowDown` a client retries, never a 404 that would pass
+/// for a missing object.
+fn io_error(e: std::io::Error) -> s3s::S3Error {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => s3_error!(e, NoSuchKey),
+        std::io::ErrorKind::PermissionDenied => s3_error!(e, AccessDenied),
+        _ => s3_error!(e, SlowDown),
     }
 }
 
@@ -119,7 +130,7 @@ impl DirStore {
             .map_err(|e| s3_error!(e, InternalError))?
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::InvalidInput => s3_error!(InvalidRange),
-                _ => s3_error!(e, NoSuchKey),
+                _ => io_error(e),
             })?;
         if read.hashed
             && let Ok(mut etags) = self.etags.lock()

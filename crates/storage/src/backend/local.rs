@@ -28,6 +28,64 @@ pub struct LocalStore {
 }
 
 impl LocalStore {
+    /// A range of `key`; with `version`, refused as [`ErrorKind::Changed`] when the open
+    /// file's modification time is another (the bytes are read from that open file, so a
+    /// file replaced by a rename meanwhile cannot mix into them).
+    async fn read_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        version: Option<String>,
+    ) -> Result<Bytes> {
+        if range.start > range.end {
+            return Err(invalid_range(&self.name, key, &range));
+        }
+        self.blocking(key, move |store, key| {
+            let (mut file, len) = open_file(store, key)?;
+            if let Some(want) = &version {
+                let now = file.metadata().ok().as_ref().and_then(mtime);
+                if now.as_deref() != Some(want.as_str()) {
+                    return Err(Error::new(
+                        ErrorKind::Changed,
+                        &store.name,
+                        key,
+                        format!(
+                            "the file changed since it was listed (version {want:?}, now {now:?})"
+                        ),
+                    ));
+                }
+            }
+            if range.start > len {
+                return Err(Error::new(
+                    ErrorKind::Other,
+                    &store.name,
+                    key,
+                    format!(
+                        "range starts at {} but the object has {len} bytes",
+                        range.start
+                    ),
+                ));
+            }
+            let end = range.end.min(len);
+            if end - range.start > store.max_read_bytes {
+                return Err(too_large(
+                    &store.name,
+                    key,
+                    end - range.start,
+                    store.max_read_bytes,
+                ));
+            }
+            let want = usize::try_from(end - range.start)
+                .map_err(|_| invalid_range(&store.name, key, &range))?;
+            let mut buf = vec![0; want];
+            file.seek(SeekFrom::Start(range.start))
+                .and_then(|_| file.read_exact(&mut buf))
+                .map_err(|e| io_error(&store.name, key, e))?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
     /// A store over the directory `root`, which must exist.
     pub fn new(root: impl AsRef<Path>) -> Result<Self> {
         let given = root.as_ref();
@@ -191,40 +249,11 @@ impl Storage for LocalStore {
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        if range.start > range.end {
-            return Err(invalid_range(&self.name, key, &range));
-        }
-        self.blocking(key, move |store, key| {
-            let (mut file, len) = open_file(store, key)?;
-            if range.start > len {
-                return Err(Error::new(
-                    ErrorKind::Other,
-                    &store.name,
-                    key,
-                    format!(
-                        "range starts at {} but the object has {len} bytes",
-                        range.start
-                    ),
-                ));
-            }
-            let end = range.end.min(len);
-            if end - range.start > store.max_read_bytes {
-                return Err(too_large(
-                    &store.name,
-                    key,
-                    end - range.start,
-                    store.max_read_bytes,
-                ));
-            }
-            let want = usize::try_from(end - range.start)
-                .map_err(|_| invalid_range(&store.name, key, &range))?;
-            let mut buf = vec![0; want];
-            file.seek(SeekFrom::Start(range.start))
-                .and_then(|_| file.read_exact(&mut buf))
-                .map_err(|e| io_error(&store.name, key, e))?;
-            Ok(Bytes::from(buf))
-        })
-        .await
+        self.read_range(key, range, None).await
+    }
+
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.read_range(key, range, Some(version.to_owned())).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -109,6 +109,47 @@ impl ObjectStoreAdapter {
         Ok(buf.into())
     }
 
+    /// A range of `key`; with `version`, refused as [`ErrorKind::Changed`] when the
+    /// response is of another version of the object (its ETag or modification time). The
+    /// response is checked rather than an `If-Match` sent: not every server honours it.
+    async fn read_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        version: Option<&str>,
+    ) -> Result<Bytes> {
+        let path = self.path(key)?;
+        if range.start > range.end {
+            return Err(Error::new(
+                ErrorKind::Other,
+                &self.name,
+                key,
+                format!("invalid byte range {range:?}"),
+            ));
+        }
+        if range.start == range.end {
+            return Ok(Bytes::new());
+        }
+        let options = GetOptions::default().with_range(Some(range));
+        let result = self
+            .inner
+            .get_opts(&path, options)
+            .await
+            .map_err(|e| self.error(key, e))?;
+        if let Some(want) = version
+            && let Some(got) = version_like(want, &result.meta)
+            && want != got
+        {
+            return Err(Error::new(
+                ErrorKind::Changed,
+                &self.name,
+                key,
+                format!("the object changed since it was listed (version {want:?}, now {got:?})"),
+            ));
+        }
+        self.body(key, result).await
+    }
+
     /// The wrapped store, for operations this crate does not cover (e.g. writing).
     pub fn inner(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
@@ -134,10 +175,12 @@ pub(crate) fn map_error(backend: &str, key: &str, err: ::object_store::Error) ->
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::PermissionDenied,
         E::InvalidPath { .. } => ErrorKind::InvalidKey,
         E::NotSupported { .. } | E::NotImplemented { .. } => ErrorKind::Unsupported,
-        E::UnknownConfigurationKey { .. } => ErrorKind::Other,
+        E::UnknownConfigurationKey { .. } => ErrorKind::Config,
         _ => classify_chain(&err),
     };
-    Error::new(kind, backend, key, "").with_source(err)
+    // object_store and reqwest quote the URL they requested in full: user info, SAS tokens
+    // and presigned signatures included.
+    Error::new(kind, backend, key, "").with_source(crate::redact::Redacted::of(&err))
 }
 
 fn classify_chain(err: &(dyn std::error::Error + 'static)) -> ErrorKind {
@@ -178,6 +221,43 @@ fn status_in(message: &str) -> Option<u16> {
     rest.get(..3)?.parse().ok()
 }
 
+/// An object's version: its ETag, else the store's version id, else its modification time
+/// (plain HTTP servers often send `Last-Modified` without `ETag`), else none. object_store
+/// reads a missing `Last-Modified` as the Unix epoch, which says nothing. An ETag is taken
+/// without its quotes and weak mark: servers quote it in a header and not always in a
+/// listing, and the same object must have one version whichever of them named it.
+fn version_of(meta: &::object_store::ObjectMeta) -> Option<String> {
+    tag_of(meta).or_else(|| modified_of(meta))
+}
+
+fn tag_of(meta: &::object_store::ObjectMeta) -> Option<String> {
+    meta.e_tag
+        .as_deref()
+        .map(|tag| tag.trim_start_matches("W/").trim_matches('"').to_owned())
+        .or_else(|| meta.version.clone())
+}
+
+/// The modification time as a version, in whole seconds: what an HTTP header can say
+/// (a listing may say milliseconds of the same time).
+fn modified_of(meta: &::object_store::ObjectMeta) -> Option<String> {
+    let secs = meta.last_modified.timestamp();
+    (secs != 0).then(|| format!("{MODIFIED}{secs}"))
+}
+
+/// How a version made from a modification time starts.
+const MODIFIED: &str = "modified at ";
+
+/// `response`'s version in the form of `want`: a listing may name an object by its
+/// modification time where a GET names it by its ETag, so the two are compared as `want`
+/// was made.
+fn version_like(want: &str, response: &::object_store::ObjectMeta) -> Option<String> {
+    if want.starts_with(MODIFIED) {
+        modified_of(response)
+    } else {
+        tag_of(response)
+    }
+}
+
 #[async_trait]
 impl Storage for ObjectStoreAdapter {
     fn name(&self) -> &str {
@@ -195,25 +275,11 @@ impl Storage for ObjectStoreAdapter {
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let path = self.path(key)?;
-        if range.start > range.end {
-            return Err(Error::new(
-                ErrorKind::Other,
-                &self.name,
-                key,
-                format!("invalid byte range {range:?}"),
-            ));
-        }
-        if range.start == range.end {
-            return Ok(Bytes::new());
-        }
-        let options = GetOptions::default().with_range(Some(range));
-        let result = self
-            .inner
-            .get_opts(&path, options)
-            .await
-            .map_err(|e| self.error(key, e))?;
-        self.body(key, result).await
+        self.read_range(key, range, None).await
+    }
+
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.read_range(key, range, Some(version)).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -226,7 +292,7 @@ impl Storage for ObjectStoreAdapter {
         Ok(ObjectMeta {
             key: key.to_owned(),
             size: meta.size,
-            version: meta.e_tag.or(meta.version),
+            version: version_of(&meta),
         })
     }
 
@@ -250,7 +316,7 @@ impl Storage for ObjectStoreAdapter {
             .map_ok(|meta| ObjectMeta {
                 key: meta.location.to_string(),
                 size: meta.size,
-                version: meta.e_tag.or(meta.version),
+                version: version_of(&meta),
             })
             .map_err(move |e| {
                 let err = self.error(prefix.as_ref().map_or("", |p| p.as_ref()), e);

@@ -134,7 +134,7 @@ fn host_port(url: &Url) -> String {
 
 /// The store's name: the URL without credentials, marked as going through opendal.
 fn url_name(url: &str) -> String {
-    format!("opendal+{}", crate::url::redact(url))
+    format!("opendal+{}", crate::redact(url))
 }
 
 /// opendal's errors for a range beyond the object's end: RangeNotSatisfied from fs, and a
@@ -153,7 +153,8 @@ fn map_error(backend: &str, key: &str, err: ::opendal::Error) -> Error {
         _ if err.is_temporary() => ErrorKind::Transient,
         _ => ErrorKind::Other,
     };
-    Error::new(kind, backend, key, "").with_source(err)
+    // opendal quotes the request's URL, credentials and all, in its context.
+    Error::new(kind, backend, key, "").with_source(crate::redact::Redacted::of(&err))
 }
 
 #[async_trait]

@@ -118,6 +118,11 @@ impl<S: Storage> Storage for LatencyStore<S> {
         self.inner.get_range(key, range).await
     }
 
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.delay().await;
+        self.inner.get_range_if(key, range, version).await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.delay().await;
         self.inner.head(key).await

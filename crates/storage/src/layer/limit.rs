@@ -71,6 +71,11 @@ impl<S: Storage> Storage for LimitStore<S> {
         self.inner.get_range(key, range).await
     }
 
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        let _permit = self.permit(key).await?;
+        self.inner.get_range_if(key, range, version).await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         let _permit = self.permit(key).await?;
         self.inner.head(key).await

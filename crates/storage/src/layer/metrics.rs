@@ -171,6 +171,13 @@ impl<S: Storage> Storage for MetricsStore<S> {
             .await
     }
 
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.measure(self.inner.get_range_if(key, range, version), |b| {
+            b.len() as u64
+        })
+        .await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.measure(self.inner.head(key), |_| 0).await
     }

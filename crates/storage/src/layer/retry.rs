@@ -192,6 +192,11 @@ impl<S: Storage> Storage for RetryStore<S> {
             .await
     }
 
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.retry(|| self.inner.get_range_if(key, range.clone(), version))
+            .await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.retry(|| self.inner.head(key)).await
     }

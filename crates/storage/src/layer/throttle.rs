@@ -92,6 +92,11 @@ impl<S: Storage> Storage for ThrottleStore<S> {
         self.inner.get_range(key, range).await
     }
 
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.admit(key)?;
+        self.inner.get_range_if(key, range, version).await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.inner.head(key).await
     }

@@ -54,6 +54,11 @@ impl<S: Storage> Storage for TimeoutStore<S> {
         self.within(key, self.inner.get_range(key, range)).await
     }
 
+    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
+        self.within(key, self.inner.get_range_if(key, range, version))
+            .await
+    }
+
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.within(key, self.inner.head(key)).await
     }

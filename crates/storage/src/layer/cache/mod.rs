@@ -157,6 +157,9 @@ struct State {
     disk_stats: TierStats,
     /// Objects as this run sees them.
     known: HashMap<String, Origin>,
+    /// Objects whose ranged reads are not checked against their version: their store's
+    /// answers to GET name another version than its HEAD does for the same object.
+    unchecked: std::collections::HashSet<String>,
     /// False for a process that does not own the directory, and after a failed write.
     disk_writes: bool,
     pending_write_bytes: u64,
@@ -222,6 +225,7 @@ impl<S: Storage + 'static> CacheStore<S> {
             disk: Tier::new(0, config.policy),
             disk_stats: TierStats::default(),
             known: HashMap::new(),
+            unchecked: std::collections::HashSet::new(),
             disk_writes: false,
             pending_write_bytes: 0,
         };
@@ -571,22 +575,30 @@ impl Shared {
                         Rejected::Stale => &self.counters.stale,
                         Rejected::Corrupt(_) | Rejected::Other => &self.counters.corrupt,
                     };
-                    Counters::add(counter, 1);
-                    dropped.push(*id);
+                    dropped.push((*id, Some(counter)));
                     out.push(None);
                 }
                 None => {
-                    dropped.push(*id);
+                    dropped.push((*id, None));
                     out.push(None);
                 }
             }
         }
         if !dropped.is_empty() {
             let mut state = lock(&self.state);
-            for id in dropped {
-                if state.disk.remove(id).is_some()
-                    && let Some(w) = &self.writer
+            for (id, counter) in dropped {
+                // Readers racing on one bad file each find it bad; the one that drops it
+                // counts it, so the counter counts files, not readers. An entry being
+                // written is the fetch that replaced it: neither dropped nor counted.
+                let dropped_here = matches!(state.disk.peek_mut(id), Some(OnDisk::Present))
+                    && state.disk.remove(id).is_some();
+                let other_process = self.disk.as_ref().is_some_and(|d| !d.owns());
+                if let Some(counter) = counter
+                    && (dropped_here || other_process)
                 {
+                    Counters::add(counter, 1);
+                }
+                if dropped_here && let Some(w) = &self.writer {
                     w.send(Job::Delete(id));
                 }
             }
@@ -598,6 +610,24 @@ impl Shared {
             }
         }
         out
+    }
+
+    /// Drop every entry of `key` (an object of `size` bytes): it was rewritten, and blocks
+    /// of the old version must not meet blocks of the new one in a read. Disk entries carry
+    /// their version and would be refused anyway; they go too, to free their space.
+    fn forget_object(&self, key: &str, size: u64) {
+        let units = std::iter::once(Unit::Whole)
+            .chain(blocks_of(&(0..size), self.block_bytes).map(Unit::Block));
+        let mut state = lock(&self.state);
+        for unit in units {
+            let id = entry_id(key, unit);
+            state.memory.remove(id);
+            if state.disk.remove(id).is_some()
+                && let Some(w) = &self.writer
+            {
+                w.send(Job::Delete(id));
+            }
+        }
     }
 
     /// Keep `bytes` in memory if the rule takes them. `copy`: they are a slice of a larger
@@ -683,11 +713,13 @@ impl<S: Storage + 'static> CacheStore<S> {
     /// This run's view of `key` when entries must be validated: known, or asked for once;
     /// and whether this read waited for the store's answer to a HEAD.
     async fn origin(&self, key: &str) -> Result<(Option<Origin>, bool)> {
-        if !self.cache.validates() {
-            return Ok((None, false));
-        }
         if let Some(origin) = lock(&self.shared().state).known.get(key) {
             return Ok((Some(origin.clone()), false));
+        }
+        // Memory entries live as long as this run: an object known from no listing is
+        // not worth a HEAD for them (its blocks are then read unchecked).
+        if !self.cache.validates() {
+            return Ok((None, false));
         }
         let head = {
             let mut heads = lock(&self.shared().heads);
@@ -828,6 +860,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let counters = Arc::clone(&self.shared().counters);
         let (key, own, origin) = (key.to_owned(), own.to_vec(), origin.cloned());
         let block = self.shared().block_bytes;
+        let checked = !lock(&self.shared().state).unchecked.contains(&key);
         async move {
             let request = async {
                 match (first, last) {
@@ -836,7 +869,14 @@ impl<S: Storage + 'static> CacheStore<S> {
                         if let Some(o) = &origin {
                             end = end.min(o.size);
                         }
-                        inner.get_range(&key, a * block..end).await
+                        // Of the version the entries are kept for, or an error: blocks
+                        // of two versions must never make one read.
+                        match origin.as_ref().and_then(|o| o.version.as_deref()) {
+                            Some(version) if checked => {
+                                inner.get_range_if(&key, a * block..end, version).await
+                            }
+                            _ => inner.get_range(&key, a * block..end).await,
+                        }
                     }
                     _ => inner.get(&key).await,
                 }
@@ -951,6 +991,80 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         let (origin, asked) = self.origin(key).await?;
+        match self
+            .read_range(key, range.clone(), origin.clone(), asked)
+            .await
+        {
+            Err(e) if e.kind() == ErrorKind::Changed => {
+                // Rewritten since it was listed: its entries of the old version go, and the
+                // read is made again of the version the store has now, whole.
+                let fresh = self.adopt_new_version(key, origin.as_ref()).await?;
+                if origin.as_ref().map(|o| &o.version) == Some(&fresh.version) {
+                    // The store's HEAD still names the version its GET denied: it names
+                    // versions differently (a gateway's weak ETags, say). Read this object
+                    // unchecked from now on rather than never.
+                    lock(&self.shared().state).unchecked.insert(key.to_owned());
+                }
+                self.read_range(key, range, Some(fresh), true).await
+            }
+            other => other,
+        }
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        let meta = self.inner.head(key).await?;
+        self.cache.learn([meta.clone()]);
+        Ok(meta)
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
+        let cache = self.cache.clone();
+        self.inner
+            .list(prefix)
+            .inspect(move |item| {
+                if let Ok(meta) = item {
+                    cache.learn([meta.clone()]);
+                }
+            })
+            .boxed()
+    }
+}
+
+impl<S: Storage + 'static> CacheStore<S> {
+    /// `key` changed under a read made for `stale`: unless another reader already did,
+    /// drop its entries and learn its new size and version with one HEAD.
+    async fn adopt_new_version(&self, key: &str, stale: Option<&Origin>) -> Result<Origin> {
+        {
+            let state = lock(&self.shared().state);
+            if let Some(known) = state.known.get(key)
+                && Some(known) != stale
+            {
+                return Ok(known.clone());
+            }
+        }
+        if let Some(stale) = stale {
+            self.shared().forget_object(key, stale.size);
+        }
+        Counters::add(&self.shared().counters.validations, 1);
+        let meta = self.inner.head(key).await?;
+        let origin = Origin {
+            size: meta.size,
+            version: meta.version,
+        };
+        lock(&self.shared().state)
+            .known
+            .insert(key.to_owned(), origin.clone());
+        Ok(origin)
+    }
+
+    /// A ranged read served from the tiers and the store, for `origin`.
+    async fn read_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        origin: Option<Origin>,
+        asked: bool,
+    ) -> Result<Bytes> {
         let end = origin.as_ref().map_or(range.end, |o| range.end.min(o.size));
         if range.start >= end {
             // Empty, or past the end: the store answers as it does.
@@ -984,23 +1098,5 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
                 out.freeze()
             }
         })
-    }
-
-    async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        let meta = self.inner.head(key).await?;
-        self.cache.learn([meta.clone()]);
-        Ok(meta)
-    }
-
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
-        let cache = self.cache.clone();
-        self.inner
-            .list(prefix)
-            .inspect(move |item| {
-                if let Ok(meta) = item {
-                    cache.learn([meta.clone()]);
-                }
-            })
-            .boxed()
     }
 }
