@@ -21,6 +21,20 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format a file extension names, among those this crate decodes (any case):
+    /// `jpg`, `jpeg`, `jpe`, `jfif`, `png`. A caller that lists files can refuse the others
+    /// up front instead of failing on each at read time.
+    pub fn from_extension(extension: &str) -> Option<Format> {
+        const JPEG: [&str; 4] = ["jpg", "jpeg", "jpe", "jfif"];
+        if JPEG.iter().any(|e| e.eq_ignore_ascii_case(extension)) {
+            Some(Format::Jpeg)
+        } else if extension.eq_ignore_ascii_case("png") {
+            Some(Format::Png)
+        } else {
+            None
+        }
+    }
+
     /// The format the magic bytes announce, if any; file names are not trusted.
     pub fn sniff(bytes: &[u8]) -> Option<Format> {
         if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {

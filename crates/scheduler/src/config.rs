@@ -102,8 +102,10 @@ pub struct Config {
     /// A coalesced request reads at most this many bytes.
     pub max_coalesced_bytes: u64,
     /// Send a request again when it is slower than a high quantile of recent ones, within a
-    /// budget of extra requests shared with retries (`None`, the default: never). Order and
-    /// exactly-once delivery are the same either way.
+    /// budget of extra requests shared with retries, or when it has stalled (many times the
+    /// p99). Default [`Hedge::stalls_only`](crate::Hedge::stalls_only): a stalled request
+    /// costs a second request instead of the attempt timeout; no tail hedging. `None`:
+    /// never. Order and exactly-once delivery are the same either way.
     pub hedge: Option<crate::Hedge>,
 }
 
@@ -147,7 +149,7 @@ impl Default for Config {
             max_decoded_bytes: DEFAULT_MAX_DECODED_BYTES,
             coalesce_gap: 256 << 10,
             max_coalesced_bytes: 16 << 20,
-            hedge: None,
+            hedge: Some(crate::Hedge::stalls_only()),
         }
     }
 }

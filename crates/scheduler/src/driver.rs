@@ -60,7 +60,12 @@ impl<T> Decoded<T> {
     /// counting only what has arrived would let the item window admit batches whose samples
     /// then land far over it.
     fn over(&self) -> bool {
-        let mean = self.weighed.1.checked_div(self.weighed.0).unwrap_or(0);
+        if self.weighed.0 == 0 {
+            // Nothing weighed yet, so nothing is known of what a sample holds (a Python
+            // transform's may be 64 MiB): one batch at a time until the first arrive.
+            return self.coming > 0;
+        }
+        let mean = self.weighed.1 / self.weighed.0;
         self.held.load(std::sync::atomic::Ordering::Relaxed) + self.coming * mean >= self.limit
     }
 

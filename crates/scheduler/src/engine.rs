@@ -174,7 +174,7 @@ impl<T: Send + 'static> Engine<T> {
     fn taken(&self, item: Option<Output<T>>, waited: Instant) -> Option<Output<T>> {
         if let Some(Ok(batch)) = &item {
             self.metrics
-                .batch_taken(batch.queued_at.elapsed(), waited.elapsed());
+                .batch_taken(batch.queued_at.elapsed(), waited.elapsed(), batch.planned);
         }
         item
     }
@@ -195,8 +195,11 @@ impl<T: Send + 'static> Stream for Engine<T> {
         if polled.is_ready() {
             this.waiting_since = None;
             if let Poll::Ready(Some(Ok(batch))) = &polled {
-                this.metrics
-                    .batch_taken(batch.queued_at.elapsed(), waiting_since.elapsed());
+                this.metrics.batch_taken(
+                    batch.queued_at.elapsed(),
+                    waiting_since.elapsed(),
+                    batch.planned,
+                );
             }
         }
         polled

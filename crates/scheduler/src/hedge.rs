@@ -4,6 +4,11 @@
 //!
 //! Hedges draw on a budget that every first request adds to and every retry the store's
 //! layers report takes from, so hedges and retries together stay within it.
+//!
+//! A **stall** is not tail: a request unanswered after many times the recent 99th
+//! percentile (a response black-holed by the network, a dead connection) is sent again
+//! whatever the budget's state, and also before the quantile is known, so it costs about
+//! that long instead of the attempt timeout. Each request is sent again at most once.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -19,15 +24,36 @@ pub struct Hedge {
     pub budget: f64,
     /// Never hedge sooner than this after the first request.
     pub min_delay: Duration,
+    /// A request unanswered after this many times the recent 99th percentile is a stall,
+    /// sent again outside the budget (0: never).
+    pub stall_factor: f64,
+    /// A request is never a stall sooner than this; until 16 latencies are known, a
+    /// request is a stall after `stall_factor` times this.
+    pub min_stall: Duration,
 }
 
 impl Default for Hedge {
-    /// The 95th percentile, at most 5% extra requests, no sooner than 1 ms.
+    /// The 95th percentile, at most 5% extra requests, no sooner than 1 ms; stalls after
+    /// 8 times the p99, and never sooner than 1 s.
     fn default() -> Self {
         Self {
             quantile: 0.95,
             budget: 0.05,
             min_delay: Duration::from_millis(1),
+            stall_factor: 8.0,
+            min_stall: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Hedge {
+    /// Stalls only: no request is sent again for being in the tail, only a stalled one
+    /// ([`Hedge::stall_factor`]), at most once. The engine's default: it costs a request
+    /// per stall and rescues each from the attempt timeout.
+    pub fn stalls_only() -> Self {
+        Self {
+            budget: 0.0,
+            ..Self::default()
         }
     }
 }
@@ -36,6 +62,9 @@ impl Default for Hedge {
 const WINDOW: usize = 1024;
 /// Latencies seen before the first hedge: a quantile of fewer says little.
 const MIN_SEEN: usize = 64;
+/// Latencies seen before the stall threshold follows them: a stall is many times their
+/// 99th percentile, so a rough one will do.
+const MIN_SEEN_STALL: usize = 16;
 /// The quantile is recomputed after this many new latencies.
 const RECOMPUTE: usize = 64;
 /// The budget counts thousandths of a request, so shares add up exactly.
@@ -50,6 +79,8 @@ pub(crate) struct Hedger {
     recent: Mutex<Recent>,
     /// The current delay before a hedge, in microseconds; 0 while too few are seen.
     after_us: AtomicU64,
+    /// The recent 99th percentile, in microseconds; 0 while too few are seen.
+    p99_us: AtomicU64,
     budget: Mutex<Budget>,
 }
 
@@ -72,6 +103,7 @@ impl Hedger {
             config,
             recent: Mutex::default(),
             after_us: AtomicU64::new(0),
+            p99_us: AtomicU64::new(0),
             budget: Mutex::default(),
         }
     }
@@ -81,6 +113,29 @@ impl Hedger {
         match self.after_us.load(Ordering::Relaxed) {
             0 => None,
             us => Some(Duration::from_micros(us).max(self.config.min_delay)),
+        }
+    }
+
+    /// How long a request may go unanswered before it is a stall, sent again outside the
+    /// budget; `None` when stalls are not rescued.
+    pub(crate) fn stall_after(&self) -> Option<Duration> {
+        let factor = self.config.stall_factor;
+        if !(factor.is_finite() && factor > 0.0) {
+            return None;
+        }
+        let base = match self.p99_us.load(Ordering::Relaxed) {
+            0 => self.config.min_stall,
+            us => Duration::from_micros(us),
+        };
+        Some(base.mul_f64(factor).max(self.config.min_stall))
+    }
+
+    /// How long a request waiting for its stall threshold sleeps before looking at it again:
+    /// the threshold while it is known (it moves slowly), `min_stall` while it is a guess.
+    pub(crate) fn recheck(&self) -> Duration {
+        match self.p99_us.load(Ordering::Relaxed) {
+            0 => self.config.min_stall.max(Duration::from_millis(10)),
+            _ => Duration::MAX,
         }
     }
 
@@ -117,12 +172,25 @@ impl Hedger {
         }
         recent.latencies.push_back(us);
         recent.since += 1;
-        if recent.latencies.len() >= MIN_SEEN && recent.since >= RECOMPUTE {
-            recent.since = 0;
-            let mut sorted: Vec<u32> = recent.latencies.iter().copied().collect();
-            let at = ((sorted.len() - 1) as f64 * self.config.quantile.clamp(0.0, 1.0)) as usize;
-            let (_, q, _) = sorted.select_nth_unstable(at);
-            self.after_us.store(u64::from(*q), Ordering::Relaxed);
+        let seen = recent.latencies.len();
+        let due = if seen < MIN_SEEN {
+            seen >= MIN_SEEN_STALL && recent.since >= MIN_SEEN_STALL
+        } else {
+            recent.since >= RECOMPUTE || seen == MIN_SEEN
+        };
+        if !due {
+            return;
+        }
+        recent.since = 0;
+        let mut sorted: Vec<u32> = recent.latencies.iter().copied().collect();
+        let mut quantile = |q: f64| {
+            let at = ((sorted.len() - 1) as f64 * q.clamp(0.0, 1.0)) as usize;
+            u64::from(*sorted.select_nth_unstable(at).1)
+        };
+        self.p99_us.store(quantile(0.99), Ordering::Relaxed);
+        if seen >= MIN_SEEN {
+            let q = quantile(self.config.quantile);
+            self.after_us.store(q, Ordering::Relaxed);
         }
     }
 }
@@ -141,6 +209,32 @@ mod tests {
         h.answered(Duration::from_millis(63));
         // The 95th percentile of 0..64 ms.
         assert_eq!(h.delay(), Some(Duration::from_millis(59)));
+    }
+
+    #[test]
+    fn a_stall_is_many_times_the_p99_and_known_before_the_quantile() {
+        let h = Hedger::new(Hedge::default());
+        // Nothing known: 8 times the floor of 1 s.
+        assert_eq!(h.stall_after(), Some(Duration::from_secs(8)));
+        for _ in 0..16 {
+            h.answered(Duration::from_millis(200));
+        }
+        assert_eq!(h.delay(), None, "too few for the tail quantile");
+        assert_eq!(h.stall_after(), Some(Duration::from_millis(1600)));
+        let fast = Hedger::new(Hedge::default());
+        for _ in 0..64 {
+            fast.answered(Duration::from_millis(2));
+        }
+        assert_eq!(
+            fast.stall_after(),
+            Some(Duration::from_secs(1)),
+            "the floor"
+        );
+        let off = Hedger::new(Hedge {
+            stall_factor: 0.0,
+            ..Hedge::default()
+        });
+        assert_eq!(off.stall_after(), None);
     }
 
     #[test]

@@ -190,31 +190,65 @@ impl Unit {
         hedger.sent();
         let first = self.request(cx, fetch);
         tokio::pin!(first);
-        let result = match hedger.delay() {
-            None => first.await,
-            Some(delay) => {
-                tokio::select! {
-                    answer = &mut first => answer,
-                    () = tokio::time::sleep(delay) => {
-                        let retries = cx.metrics.tally.retried() + cx.metrics.throttled();
-                        if hedger.spend(retries) {
-                            let second = async {
-                                let _in_flight = cx.metrics.hedge_started();
-                                self.request(cx, fetch).await
-                            };
-                            tokio::pin!(second);
-                            first_answer(cx, first, second).await
-                        } else {
-                            first.await
-                        }
-                    }
+        // Two reasons to send it again, looked at as their times come: the tail (after the
+        // quantile, within the budget; looked at once) and a stall (after many times the
+        // p99, whatever the budget). Both thresholds follow the latencies while it waits.
+        let mut tail_looked = false;
+        // When the hedge went out, if one did and it answered first: its own latency is
+        // what the store took, not the wait since the first request.
+        let mut hedge_answered: Option<std::time::Instant> = None;
+        let result = loop {
+            let tail = if tail_looked { None } else { hedger.delay() };
+            let stall = hedger.stall_after();
+            let (at, is_stall) = match (tail, stall) {
+                (Some(t), Some(s)) if s <= t => (s, true),
+                (Some(t), _) => (t, false),
+                (None, Some(s)) => (s, true),
+                (None, None) => break first.await,
+            };
+            let elapsed = fetch.started().elapsed();
+            if elapsed < at {
+                let mut wait = at - elapsed;
+                if is_stall {
+                    // While nothing is known the threshold is a guess that the first
+                    // answers will lower: look again soon.
+                    wait = wait.min(hedger.recheck());
                 }
+                tokio::select! {
+                    answer = &mut first => break answer,
+                    () = tokio::time::sleep(wait) => continue,
+                }
+            }
+            let hedge = if is_stall {
+                // Not tail: a lost response or a dead connection.
+                cx.metrics.stall_hedged();
+                true
+            } else {
+                tail_looked = true;
+                let retries = cx.metrics.tally.retried() + cx.metrics.throttled();
+                hedger.spend(retries)
+            };
+            if hedge {
+                let sent = std::time::Instant::now();
+                let second = async {
+                    let _in_flight = cx.metrics.hedge_started();
+                    self.request(cx, fetch).await
+                };
+                tokio::pin!(second);
+                let (answer, hedge_won) = first_answer(cx, first, second).await;
+                if hedge_won {
+                    hedge_answered = Some(sent);
+                }
+                break answer;
             }
         };
         // The delay is a quantile of the store's latency: a cache's quick answers would pull
         // it down, and the budget would go on requests that are only slower than a hit.
+        // A rescued stall's wait is not a latency of the store: counted, it would raise the
+        // p99 and with it the next stall's threshold, round after round.
         if result.is_ok() && !fetch.cached() {
-            hedger.answered(fetch.started().elapsed());
+            let from = hedge_answered.unwrap_or_else(|| fetch.started());
+            hedger.answered(from.elapsed());
         }
         result
     }
@@ -255,12 +289,13 @@ impl Unit {
 }
 
 /// The first successful answer of two requests for the same bytes (the first's error if
-/// both fail); the other request is dropped, which cancels it and frees what it held.
+/// both fail), and whether the second's won; the other request is dropped, which cancels it
+/// and frees what it held.
 async fn first_answer(
     cx: &FetchContext,
     mut first: std::pin::Pin<&mut impl std::future::Future<Output = Result<Bytes, Error>>>,
     mut second: std::pin::Pin<&mut impl std::future::Future<Output = Result<Bytes, Error>>>,
-) -> Result<Bytes, Error> {
+) -> (Result<Bytes, Error>, bool) {
     let (hedge_first, answer) = tokio::select! {
         answer = &mut first => (false, answer),
         answer = &mut second => (true, answer),
@@ -282,7 +317,7 @@ async fn first_answer(
     if hedge_won {
         cx.metrics.hedge_won();
     }
-    answer
+    (answer, hedge_won)
 }
 
 /// Runs of neighbouring ranges of one object in `items` (in plan order) are read in one

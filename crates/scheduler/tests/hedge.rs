@@ -96,6 +96,9 @@ fn a_stalled_request_is_answered_by_its_hedge_and_the_stall_is_cancelled() {
         quantile: 0.9,
         budget: 0.1,
         min_delay: Duration::from_millis(5),
+        // Tail hedges alone: this test is about them.
+        stall_factor: 0.0,
+        ..Hedge::default()
     };
     let (seen, summary, in_flight) = drain(store, count as u64, 32, hedge);
     assert_eq!(seen, (0..count as u64).collect::<Vec<_>>());
@@ -105,6 +108,42 @@ fn a_stalled_request_is_answered_by_its_hedge_and_the_stall_is_cancelled() {
     assert!(
         summary.hedges_sent as f64 <= 0.1 * count as f64 + 1.0,
         "within the budget: {summary}"
+    );
+    assert_eq!(in_flight, 0, "the stalled requests were cancelled");
+}
+
+// Issue 25, defect 22: a stalled request was hedged only once the hedger had 64
+// latencies and only while the tail budget lasted, so most black-holed responses cost the
+// whole attempt timeout. Here the first requests stall (object 0 among them, before any
+// latency is known) and there is no tail budget at all: with the default hedge (stalls
+// only) every stall is sent again, outside the budget, and the epoch completes well within
+// the watchdog, though each stall lasts a minute.
+#[test]
+fn stalls_are_rescued_before_the_quantile_is_known_and_without_budget() {
+    let count = 600;
+    let (_dir, inner) = files(count);
+    let inner: DynStorage =
+        Arc::new(inner.with_latency(Latency::Fixed(Duration::from_millis(2)), 1));
+    let stalling = Arc::new(Stalling {
+        inner,
+        every: 40,
+        after: 0,
+        asked: Mutex::default(),
+        stalled: AtomicU64::new(0),
+    });
+    let store: DynStorage = Arc::clone(&stalling) as DynStorage;
+    // As a loader is configured by default.
+    let hedge = Config::default().hedge.unwrap();
+    assert_eq!(hedge.budget, 0.0, "no tail hedging by default");
+    let (seen, summary, in_flight) = drain(store, count as u64, 32, hedge);
+    assert_eq!(seen, (0..count as u64).collect::<Vec<_>>());
+    let stalled = stalling.stalled.load(Ordering::Relaxed);
+    assert_eq!(stalled, 15, "objects 0, 40, ..., 560");
+    assert_eq!(summary.stalls_hedged, stalled, "{summary}");
+    assert!(summary.hedges_won >= stalled, "{summary}");
+    assert_eq!(
+        summary.hedges_sent, stalled,
+        "nothing but stalls sent again: {summary}"
     );
     assert_eq!(in_flight, 0, "the stalled requests were cancelled");
 }
@@ -129,7 +168,7 @@ proptest! {
             p99: Duration::from_millis(median_ms * 20),
         };
         let store: DynStorage = Arc::new(inner.with_latency(latency, seed));
-        let hedge = Hedge { quantile: 0.5, budget: 0.5, min_delay: Duration::ZERO };
+        let hedge = Hedge { quantile: 0.5, budget: 0.5, min_delay: Duration::ZERO, ..Hedge::default() };
         let (seen, summary, in_flight) = drain(store, count, batch, hedge);
         prop_assert_eq!(seen, (0..count).collect::<Vec<_>>());
         prop_assert_eq!(in_flight, 0, "{}", summary);
