@@ -193,13 +193,7 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
     let first = indices(iter.by_ref().take(2).map(Result::unwrap));
     drop(iter);
     let state = burn.state().unwrap();
-    assert_eq!(
-        state,
-        LoaderState {
-            epoch: 0,
-            position: 14
-        }
-    );
+    assert_eq!(at(state), (0, 14));
 
     let restarted = loader();
     restarted.resume(state).unwrap();
@@ -209,13 +203,7 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
         whole,
         "resumed other samples than the rest"
     );
-    assert_eq!(
-        restarted.state().unwrap(),
-        LoaderState {
-            epoch: 1,
-            position: 0
-        }
-    );
+    assert_eq!(at(restarted.state().unwrap()), (1, 0));
 }
 
 #[test]
@@ -336,5 +324,10 @@ fn to_device_makes_the_batches_on_that_device_from_a_loader_of_its_own() {
     seen.sort_unstable();
     assert_eq!(seen, (0..IMAGES as u64).collect::<Vec<_>>());
     // The original is untouched: its first epoch is still to come.
-    assert_eq!(burn.state().unwrap(), LoaderState::default());
+    assert_eq!(at(burn.state().unwrap()), (0, 0));
+}
+
+/// A state's epoch and position, without its order stamp.
+fn at(state: LoaderState) -> (u64, u64) {
+    (state.epoch, state.position)
 }

@@ -33,7 +33,8 @@ pub struct Batch {
     pub keys: Vec<Arc<str>>,
     /// The epoch it belongs to.
     pub epoch: u64,
-    /// Samples that failed and were skipped (under `ErrorPolicy::Skip`), with their errors.
+    /// Samples that failed and were skipped (under `ErrorPolicy::Skip`), with their errors:
+    /// this batch's, and those of batches before it that had no sample left.
     pub skipped: Vec<ItemError>,
 }
 
@@ -43,7 +44,8 @@ impl Batch {
         self.shape[0]
     }
 
-    /// Whether it holds no sample (possible only when every item was skipped).
+    /// Whether it holds no sample (never for a loader's batches: one whose every sample
+    /// was skipped is not delivered, see `DataLoader::take_unreported_skips`).
     pub fn is_empty(&self) -> bool {
         self.shape[0] == 0
     }

@@ -226,6 +226,41 @@ impl Dataset {
         &self.classes
     }
 
+    /// Refuse samples the native decoder cannot read, judged by their key's extension: an
+    /// image format torchvision lists ([`IMAGE_EXTENSIONS`]) but the decoder does not read
+    /// (WebP, BMP, TIFF, PPM/PGM). Keys with another extension or none are left to the
+    /// decoder's sniffing; samples inside shards are named by their image member's suffix,
+    /// which [`WebDataset::image_suffixes`](crate::webdataset::WebDataset::image_suffixes)
+    /// chose. A loader with the native pipeline calls this when it is built.
+    pub fn check_decodable(&self, store: &str) -> Result<()> {
+        let mut formats: BTreeMap<String, usize> = BTreeMap::new();
+        let mut example = None;
+        for item in self.items.iter().filter(|i| i.name.is_none()) {
+            let Some((_, ext)) = item.key.rsplit_once('.') else {
+                continue;
+            };
+            let image = IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext));
+            if image && loader_decoder::Format::from_extension(ext).is_none() {
+                *formats.entry(ext.to_ascii_lowercase()).or_default() += 1;
+                example.get_or_insert_with(|| item.key.to_string());
+            }
+        }
+        let Some(example) = example else {
+            return Ok(());
+        };
+        Err(DatasetError::Undecodable {
+            count: formats.values().sum(),
+            formats: formats
+                .iter()
+                .map(|(ext, n)| format!("{ext}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            example,
+            store: store.to_owned(),
+        }
+        .into())
+    }
+
     /// torchvision's ImageFolder over a store that can list: classes are the sorted names
     /// of the top-level folders, files directly under the root are ignored, only image
     /// extensions count (case-insensitively), a class without images is an error, and
@@ -550,13 +585,30 @@ fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, RowKey,
     Ok(out)
 }
 
-/// A label's text as a label: an integer, or else a class name.
-fn label_of(text: &str) -> Option<Label> {
-    match text.parse::<i64>() {
-        Ok(v) => Some(Label::Int(v)),
-        Err(_) if !text.is_empty() => Some(Label::Name(text.to_owned())),
-        Err(_) => None,
+/// A label's text as a label: an integer, or else a class name. A number that is not a
+/// whole one (`0.5`, `1.0`, `1e-3`) is refused: read as a class name it would become a
+/// class sorted as text, a silently wrong label for a regression target or a soft label.
+fn label_of(text: &str) -> std::result::Result<Label, String> {
+    if text.is_empty() {
+        return Err("the label is empty".into());
     }
+    if let Ok(v) = text.parse::<i64>() {
+        return Ok(Label::Int(v));
+    }
+    if is_number(text) {
+        return Err(format!(
+            "label {text:?} is a number but not an integer; manifest labels are class \
+             indices (integers) or class names, so a float label (a regression target, a soft \
+             label) cannot be read from a manifest yet"
+        ));
+    }
+    Ok(Label::Name(text.to_owned()))
+}
+
+/// Whether `text` reads as a floating-point number (`0.5`, `-1.0`, `1e3`, `.5`), not a word
+/// that merely parses as one (`inf`, `NaN`).
+fn is_number(text: &str) -> bool {
+    text.bytes().any(|b| b.is_ascii_digit()) && text.parse::<f64>().is_ok()
 }
 
 fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
@@ -605,7 +657,7 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
             )));
         }
         let (key, label) = (fields[columns.key], fields[columns.label]);
-        let label = label_of(label).ok_or_else(|| bad("the label is empty".into()))?;
+        let label = label_of(label).map_err(bad)?;
         if let Some(problem) = loader_storage::key_problem(key) {
             return Err(bad(problem.to_owned()));
         }
@@ -679,11 +731,17 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
             .ok_or_else(|| bad("no string \"key\"".into()))?
             .to_owned();
         let label = match value.get("label") {
-            Some(serde_json::Value::Number(n)) => Label::Int(
-                n.as_i64()
-                    .ok_or_else(|| bad("the label is not an integer".into()))?,
-            ),
-            Some(serde_json::Value::String(s)) if !s.is_empty() => Label::Name(s.clone()),
+            Some(serde_json::Value::Number(n)) => Label::Int(n.as_i64().ok_or_else(|| {
+                bad(format!(
+                    "label {n} is not an integer; manifest labels are class indices or class \
+                     names, so a float label cannot be read from a manifest yet"
+                ))
+            })?),
+            // A string is a class name, even "7"; but not "0.5" (see `label_of`).
+            Some(serde_json::Value::String(s)) if !s.is_empty() => match label_of(s) {
+                Ok(_) => Label::Name(s.clone()),
+                Err(why) => return Err(bad(why)),
+            },
             _ => return Err(bad("no integer or string \"label\"".into())),
         };
         if let Some(problem) = loader_storage::key_problem(&key) {
@@ -821,7 +879,7 @@ mod tests {
             (
                 "{\"key\":\"a\",\"label\":1.5}\n",
                 ManifestFormat::JsonLines,
-                "line 1: the label is not an integer",
+                "line 1: label 1.5 is not an integer",
             ),
             ("\n# nothing\n", ManifestFormat::Csv, "lists no samples"),
         ] {
@@ -870,6 +928,49 @@ mod tests {
                 .unwrap_or_else(|e| e.to_string());
             assert!(err.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    // Issue 25, defect 4: float labels became classes sorted as text ("0.5" -> class 0,
+    // "1.0" -> class 1, "10.0" -> class 1 too), silently.
+    #[test]
+    fn float_labels_are_refused_not_read_as_class_names() {
+        for (text, format, needle) in [
+            (
+                "a.jpg,0.5\nb.jpg,1.0\n",
+                ManifestFormat::Csv,
+                "line 1: label \"0.5\"",
+            ),
+            (
+                "a.jpg,1\nb.jpg,2.0\n",
+                ManifestFormat::Csv,
+                "line 2: label \"2.0\"",
+            ),
+            (
+                "key,label\na.jpg,1e-3\n",
+                ManifestFormat::Csv,
+                "line 2: label \"1e-3\"",
+            ),
+            ("a.jpg,-.5\n", ManifestFormat::Csv, "line 1: label \"-.5\""),
+            (
+                "{\"key\":\"a\",\"label\":\"0.25\"}\n",
+                ManifestFormat::JsonLines,
+                "line 1: label \"0.25\"",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":2.0}\n",
+                ManifestFormat::JsonLines,
+                "line 1: label 2.0 is not an integer",
+            ),
+        ] {
+            let err = Dataset::parse_manifest(text, format)
+                .map(|d| format!("parsed as {:?} {:?}", d.items(), d.classes()))
+                .unwrap_or_else(|e| e.to_string());
+            assert!(err.contains(needle), "{text:?}: {err}");
+            assert!(err.contains("not an integer"), "{text:?}: {err}");
+        }
+        // Words that parse as floats are class names, as before.
+        let d = Dataset::parse_manifest("a.jpg,inf\nb.jpg,nan\n", ManifestFormat::Csv).unwrap();
+        assert_eq!(d.classes(), ["inf", "nan"]);
     }
 
     #[test]

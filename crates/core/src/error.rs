@@ -86,6 +86,23 @@ pub enum DatasetError {
         /// The store listed.
         store: String,
     },
+    /// Samples in image formats the decoder does not read (torchvision's ImageFolder lists
+    /// them): refused when the loader is built, not failed one by one mid-epoch.
+    #[error(
+        "{count} sample(s) of {store} are {formats} images, which the native decoder does not \
+         read (it reads JPEG and PNG), e.g. {example:?}; convert them to JPEG or PNG, or leave \
+         them out with a manifest"
+    )]
+    Undecodable {
+        /// How many samples.
+        count: usize,
+        /// Their extensions, with counts (`webp: 3, bmp: 1`).
+        formats: String,
+        /// The first one's key.
+        example: String,
+        /// The store.
+        store: String,
+    },
     /// A manifest line is wrong.
     #[error("line {line}: {problem}")]
     Line {
@@ -189,6 +206,26 @@ pub enum StateError {
         position: u64,
         /// Samples in the epoch.
         samples: usize,
+    },
+    /// An epoch no run reaches.
+    #[error("epoch {epoch} is not an epoch a run reaches (at most 2^62)")]
+    EpochOutOfRange {
+        /// The epoch asked for.
+        epoch: u64,
+    },
+    /// A state saved under another order: its positions would name other samples.
+    #[error(
+        "the state was saved under another {what} ({saved}) than this loader's ({current}); \
+         its position would name other samples here, so it is refused. Resume with the \
+         settings it was saved under (resuming on another world size is not supported yet)"
+    )]
+    OtherOrder {
+        /// What differs.
+        what: &'static str,
+        /// The saved state's.
+        saved: String,
+        /// This loader's.
+        current: String,
     },
 }
 

@@ -31,7 +31,8 @@
 //!     assert_eq!(batch.labels.len(), batch.len());
 //! }
 //! // The next pass reads epoch 1; a checkpoint is just the state.
-//! assert_eq!(loader.state()?, loader_core::LoaderState { epoch: 1, position: 0 });
+//! let state = loader.state()?;
+//! assert_eq!((state.epoch, state.position), (1, 0));
 //! # Ok(())
 //! # }
 //! ```
@@ -49,6 +50,7 @@ mod error;
 mod export;
 mod loader;
 mod open;
+mod state;
 pub mod webdataset;
 
 pub use batch::{Batch, BatchData, collate};
@@ -57,9 +59,10 @@ pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, Shard
 pub use error::{CollateError, ConfigError, DatasetError, Error, Result, StateError};
 pub use export::{BatchTensors, DType, HostTensor, HostVec, ShapeError};
 pub use loader::{
-    Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, LoaderState, ShardOrder,
+    Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, ShardOrder, sample_bytes,
 };
 pub use open::store_url;
+pub use state::{LoaderState, OrderStamp, SamplerKind};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};

@@ -22,11 +22,8 @@ use crate::batch::{Batch, collate_into};
 use crate::buffer::BufferPool;
 use crate::dataset::to_work;
 use crate::error::{ConfigError, StateError};
+use crate::state::{LoaderState, OrderStamp, SamplerKind};
 use crate::{Dataset, Error, Result};
-
-/// Where a loader stands: the epoch, and how many of its items were delivered (skipped
-/// items count as delivered: they were reported). Serialisable into any checkpoint.
-pub type LoaderState = SamplerState;
 
 /// The default deadline of one attempt of one request: far above any healthy GET of a
 /// sample, so only a stalled connection trips it, and then the retry policy takes over.
@@ -69,6 +66,8 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     epochs: Option<u64>,
     cache: Option<CacheConfig>,
     subset: Option<std::ops::Range<usize>>,
+    /// Whether the CPU stage is the native image pipeline, which reads JPEG and PNG only.
+    decodes_images: bool,
 }
 
 /// Loads batches of a [`Dataset`] from a store: a blocking `Iterator` and an async
@@ -84,7 +83,7 @@ pub struct DataLoader<T = Sample, B = Batch> {
     collate: Collate<T, B>,
     config: Config,
     /// What has been delivered: the state to resume from.
-    state: LoaderState,
+    state: SamplerState,
     engine: Option<Engine<T>>,
     /// The last batch of an epoch went out: the next call ends the pass.
     end_of_pass: bool,
@@ -97,6 +96,10 @@ pub struct DataLoader<T = Sample, B = Batch> {
     epochs: Option<u64>,
     /// The cache between the engine and the store, told the upcoming reads.
     cache: Option<Cache>,
+    /// What positions mean, for checkpoints.
+    stamp: OrderStamp,
+    /// Skipped samples of batches that had nothing else, reported with the next batch.
+    carried_skips: Vec<loader_scheduler::ItemError>,
 }
 
 impl<T, B> std::fmt::Debug for DataLoader<T, B> {
@@ -133,10 +136,16 @@ fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Sample, Batch>)
 
 /// The bytes a decoded image holds, for the decoded-bytes bound.
 fn sample_weight() -> Weigh<Sample> {
-    Arc::new(|sample: &Sample| match &sample.data {
+    Arc::new(sample_bytes)
+}
+
+/// The bytes `sample`'s pixels hold: what a [`weigh`](DataLoaderBuilder::weigh) of a stage
+/// that makes [`Sample`]s gives.
+pub fn sample_bytes(sample: &Sample) -> usize {
+    match &sample.data {
         SampleData::F32(v) => v.len() * 4,
         SampleData::U8(v) => v.len(),
-    })
+    }
 }
 
 impl DataLoader {
@@ -171,6 +180,7 @@ impl DataLoader {
             epochs: None,
             cache: None,
             subset: None,
+            decodes_images: true,
         }
     }
 }
@@ -296,10 +306,13 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     }
 
     /// Send a request again when it is slower than a high quantile of recent ones, within a
-    /// budget of extra requests shared with retries (default: never); see
-    /// [`Hedge`](loader_scheduler::Hedge). Order and exactly-once delivery are unchanged.
-    pub fn hedge(mut self, hedge: loader_scheduler::Hedge) -> Self {
-        self.config.hedge = Some(hedge);
+    /// budget of extra requests shared with retries, or when it has stalled; see
+    /// [`Hedge`](loader_scheduler::Hedge). The default, [`Hedge::stalls_only`](loader_scheduler::Hedge::stalls_only),
+    /// sends again only a request unanswered after many times the recent p99 (a lost
+    /// response), so it costs a request instead of the 30 s attempt timeout; `None` never
+    /// sends a request twice. Order and exactly-once delivery are unchanged.
+    pub fn hedge(mut self, hedge: impl Into<Option<loader_scheduler::Hedge>>) -> Self {
+        self.config.hedge = hedge.into();
         self
     }
 
@@ -314,7 +327,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// (default [`DEFAULT_MAX_DECODED_BYTES`](loader_scheduler::DEFAULT_MAX_DECODED_BYTES));
     /// past it no new batch starts until the consumer takes one, so the engine holds at
     /// most this plus one batch. Applies to [`transform`](Self::transform) stages, whose
-    /// samples' sizes the loader knows; a [`map`](Self::map) stage is bounded in items.
+    /// samples' sizes the loader knows, and to a [`map`](Self::map) stage given a
+    /// [`weigh`](Self::weigh); another `map` stage is bounded in items.
     pub fn max_decoded_bytes(mut self, bytes: u64) -> Self {
         self.config.max_decoded_bytes = bytes;
         self
@@ -354,6 +368,9 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         if self.dataset.is_empty() {
             return Err(ConfigError::EmptyDataset.into());
         }
+        if self.decodes_images {
+            self.dataset.check_decodable(self.storage.name())?;
+        }
         self.config
             .validate()
             .map_err(|e| Error::from(ConfigError::Engine(e)))?;
@@ -372,46 +389,70 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
                 .into());
             }
         }
-        let (sampler, chunked): (Arc<dyn Sampler>, bool) = match (self.sampler, self.shuffle) {
-            (Some(_), true) => {
-                return Err(ConfigError::SamplerAndShuffle.into());
-            }
-            (Some(s), false) => (s, false),
-            // Not chunked: a chunk at either end of the range holds samples outside it.
-            (None, shuffle) if self.subset.is_some() => {
-                let indices: Vec<usize> = self.subset.unwrap_or_default().collect();
-                let sampler = if shuffle {
-                    SubsetSampler::shuffled(indices, self.seed)
-                } else {
-                    SubsetSampler::new(indices)
-                };
-                (Arc::new(sampler), false)
-            }
-            (None, true) if sharded && self.shard_order == ShardOrder::Local => {
-                let layout = self
-                    .dataset
-                    .shards()
-                    .iter()
-                    .map(|s| s.chunks.clone())
-                    .collect();
-                let mut sampler = ShardSampler::new(layout, self.seed).rank(rank, world);
-                if let Some(buffer) = self.shuffle_buffer {
-                    sampler = sampler.shuffle_buffer(buffer);
+        let custom = self.sampler.is_some();
+        let (sampler, chunked, kind): (Arc<dyn Sampler>, bool, SamplerKind) =
+            match (self.sampler, self.shuffle) {
+                (Some(_), true) => {
+                    return Err(ConfigError::SamplerAndShuffle.into());
                 }
-                (Arc::new(sampler.build()?), true)
-            }
-            (None, shuffle) if world > 1 => {
-                let sampler = DistributedSampler::new(self.dataset.len(), rank, world)
-                    .shuffle(shuffle)
-                    .seed(self.seed)
-                    .build()?;
-                (Arc::new(sampler), false)
-            }
-            (None, true) => (
-                Arc::new(RandomSampler::new(self.dataset.len(), self.seed)?),
-                false,
-            ),
-            (None, false) => (Arc::new(SequentialSampler::new(self.dataset.len())), true),
+                (Some(s), false) => (s, false, SamplerKind::Custom),
+                // Not chunked: a chunk at either end of the range holds samples outside it.
+                (None, shuffle) if self.subset.is_some() => {
+                    let range = self.subset.unwrap_or_default();
+                    let kind = SamplerKind::Subset {
+                        start: range.start as u64,
+                        end: range.end as u64,
+                    };
+                    let indices: Vec<usize> = range.collect();
+                    let sampler = if shuffle {
+                        SubsetSampler::shuffled(indices, self.seed)
+                    } else {
+                        SubsetSampler::new(indices)
+                    };
+                    (Arc::new(sampler), false, kind)
+                }
+                (None, true) if sharded && self.shard_order == ShardOrder::Local => {
+                    let layout = self
+                        .dataset
+                        .shards()
+                        .iter()
+                        .map(|s| s.chunks.clone())
+                        .collect();
+                    let mut sampler = ShardSampler::new(layout, self.seed).rank(rank, world);
+                    if let Some(buffer) = self.shuffle_buffer {
+                        sampler = sampler.shuffle_buffer(buffer);
+                    }
+                    let kind = SamplerKind::ShardLocal {
+                        buffer: self.shuffle_buffer.map(|b| b as u64),
+                    };
+                    (Arc::new(sampler.build()?), true, kind)
+                }
+                (None, shuffle) if world > 1 => {
+                    let sampler = DistributedSampler::new(self.dataset.len(), rank, world)
+                        .shuffle(shuffle)
+                        .seed(self.seed)
+                        .build()?;
+                    (Arc::new(sampler), false, SamplerKind::Distributed)
+                }
+                (None, true) => (
+                    Arc::new(RandomSampler::new(self.dataset.len(), self.seed)?),
+                    false,
+                    SamplerKind::Plain,
+                ),
+                (None, false) => (
+                    Arc::new(SequentialSampler::new(self.dataset.len())),
+                    true,
+                    SamplerKind::Plain,
+                ),
+            };
+        let stamp = OrderStamp {
+            samples: self.dataset.len() as u64,
+            dataset: crate::state::dataset_hash(&self.dataset),
+            epoch_samples: sampler.len() as u64,
+            world_size: if custom { 1 } else { world as u64 },
+            sampler: kind,
+            shuffle: self.shuffle,
+            seed: self.seed,
         };
         let batches =
             BatchSampler::new(Arc::clone(&sampler), self.batch_size, self.drop_last).len();
@@ -452,7 +493,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             weigh: self.weigh,
             collate: self.collate,
             config: self.config,
-            state: LoaderState::default(),
+            state: SamplerState::default(),
             engine: None,
             end_of_pass: false,
             skip_to_next_epoch: false,
@@ -460,6 +501,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             chunked: chunked && sharded,
             epochs: self.epochs,
             cache,
+            stamp,
+            carried_skips: Vec::new(),
         })
     }
 }
@@ -468,7 +511,9 @@ impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
         let (stage, collate) = pipeline_stage(pipeline);
-        self.with_stage(stage, Some(sample_weight()), collate)
+        let mut builder = self.with_stage(stage, Some(sample_weight()), collate);
+        builder.decodes_images = true;
+        builder
     }
 }
 
@@ -480,7 +525,17 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
         collate: impl Fn(RawBatch<U>) -> Result<C> + Send + Sync + 'static,
     ) -> DataLoaderBuilder<U, C> {
-        self.with_stage(Arc::new(stage), None, Arc::new(collate))
+        let mut builder = self.with_stage(Arc::new(stage), None, Arc::new(collate));
+        builder.decodes_images = false;
+        builder
+    }
+
+    /// Weigh each output of the CPU stage in bytes, so [`max_decoded_bytes`](Self::max_decoded_bytes)
+    /// bounds a [`map`](Self::map) stage's outputs as it bounds a transform's (whose
+    /// samples the loader weighs itself). Without it a `map` stage is bounded in items only.
+    pub fn weigh(mut self, weigh: impl Fn(&T) -> usize + Send + Sync + 'static) -> Self {
+        self.weigh = Some(Arc::new(weigh));
+        self
     }
 
     /// The same settings with another CPU stage and collate (and so other types).
@@ -510,6 +565,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             epochs: self.epochs,
             cache: self.cache,
             subset: self.subset,
+            decodes_images: self.decodes_images,
         }
     }
 }
@@ -535,8 +591,13 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     /// `resume(state)`, the training loop's `set_epoch(state.epoch)` continues the epoch
     /// instead of reading its first samples again. Another epoch starts at its beginning.
     pub fn set_epoch(&mut self, epoch: u64) {
-        if self.next_state().epoch != epoch {
-            self.restart(LoaderState { epoch, position: 0 });
+        let next = self.next_state();
+        if next.epoch != epoch {
+            self.restart(SamplerState { epoch, position: 0 });
+        } else if next.position == 0 {
+            // The last batch went out but the consumer stopped without asking past it (it
+            // took `len()` batches): the pass it starts now reads this epoch, not nothing.
+            self.end_of_pass = false;
         }
     }
 
@@ -552,7 +613,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     pub fn to_epoch_start(&mut self) -> u64 {
         let next = self.next_state();
         if next.position != 0 {
-            self.restart(LoaderState {
+            self.restart(SamplerState {
                 epoch: next.epoch + 1,
                 position: 0,
             });
@@ -578,20 +639,38 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         if self.config.order == Order::AsCompleted {
             return Err(StateError::AsCompleted.into());
         }
-        Ok(self.state)
+        Ok(LoaderState {
+            epoch: self.state.epoch,
+            position: self.state.position,
+            order: Some(self.stamp),
+        })
     }
 
-    /// Continue from a saved state.
+    /// Continue from a saved state. A state saved under another order (another dataset,
+    /// world size, sampler, shuffle or seed) is refused, naming both sides: its position
+    /// would name other samples here, and some would be read twice or never.
     pub fn resume(&mut self, state: LoaderState) -> Result<()> {
-        if state.position > self.sampler.len() as u64 {
-            return Err(StateError::BeyondEpoch {
-                position: state.position,
-                samples: self.sampler.len(),
-            }
-            .into());
-        }
-        self.restart(state);
+        crate::state::check(&state, &self.stamp, self.sampler.len())?;
+        self.restart(SamplerState {
+            epoch: state.epoch,
+            position: state.position,
+        });
         Ok(())
+    }
+
+    /// What this loader's positions mean; a state carries it, and [`resume`](Self::resume)
+    /// compares it.
+    pub fn order_stamp(&self) -> OrderStamp {
+        self.stamp
+    }
+
+    /// Reports of skipped samples not yet handed over with a batch: a batch whose every
+    /// sample was skipped is not delivered (an empty batch would fail far from the cause),
+    /// and its reports go with the next batch. At the end of a pass, what this returns
+    /// would otherwise wait for the next epoch's first batch; taking it here hands it over
+    /// now instead (and only here).
+    pub fn take_unreported_skips(&mut self) -> Vec<loader_scheduler::ItemError> {
+        std::mem::take(&mut self.carried_skips)
     }
 
     /// The cache's handle, when [`cache`](DataLoaderBuilder::cache) was set: its
@@ -606,9 +685,9 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     }
 
     /// Where the next pass starts, taking a pending skip to the next epoch into account.
-    fn next_state(&self) -> LoaderState {
+    fn next_state(&self) -> SamplerState {
         if self.skip_to_next_epoch {
-            LoaderState {
+            SamplerState {
                 epoch: self.state.epoch + 1,
                 position: 0,
             }
@@ -617,7 +696,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         }
     }
 
-    fn restart(&mut self, state: LoaderState) {
+    fn restart(&mut self, state: SamplerState) {
         self.engine = None;
         self.state = state;
         self.end_of_pass = false;
@@ -639,7 +718,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                 let from = if epoch == start.epoch {
                     start
                 } else {
-                    LoaderState { epoch, position: 0 }
+                    SamplerState { epoch, position: 0 }
                 };
                 announce(cache, &*sampler, &dataset, from, chunked);
             }
@@ -649,7 +728,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                 && epoch > start.epoch
                 && let Some(ahead) = epoch.checked_add(CACHE_HORIZON).filter(|&e| e < end)
             {
-                let from = LoaderState {
+                let from = SamplerState {
                     epoch: ahead,
                     position: 0,
                 };
@@ -661,7 +740,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
             } else {
                 0
             };
-            let state = LoaderState {
+            let state = SamplerState {
                 epoch,
                 position: from,
             };
@@ -724,7 +803,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
             self.restart(next);
         }
         if self.engine.is_none() && self.nothing_left() {
-            self.state = LoaderState {
+            self.state = SamplerState {
                 epoch: self.state.epoch + 1,
                 position: 0,
             };
@@ -752,10 +831,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         self.skip_to_next_epoch = true;
     }
 
-    fn handle(
-        &mut self,
-        raw: Option<std::result::Result<RawBatch<T>, EngineError>>,
-    ) -> Option<Result<B>> {
+    fn handle(&mut self, raw: Option<std::result::Result<RawBatch<T>, EngineError>>) -> Handled<B> {
         match raw {
             Some(Ok(mut raw)) => {
                 // Handed over: what the caller keeps in its batches is its own memory, and
@@ -766,36 +842,63 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                     Order::AsCompleted => self.state.position + raw.planned as u64,
                 };
                 let (epoch, last) = (raw.epoch, raw.last_in_epoch);
+                if raw.samples.is_empty() {
+                    // Every sample was skipped: an empty batch would crash a model far from
+                    // the cause, so none is delivered; its reports ride with the next batch.
+                    self.carried_skips.append(&mut raw.skipped);
+                    self.state.position = delivered;
+                    if last {
+                        self.state = SamplerState {
+                            epoch: epoch + 1,
+                            position: 0,
+                        };
+                        return Handled::Out(None);
+                    }
+                    return Handled::Again;
+                }
+                if !self.carried_skips.is_empty() {
+                    let mut skipped = std::mem::take(&mut self.carried_skips);
+                    skipped.append(&mut raw.skipped);
+                    raw.skipped = skipped;
+                }
                 match (self.collate)(raw) {
                     Ok(batch) => {
                         self.state.position = delivered;
                         if last {
-                            self.state = LoaderState {
+                            self.state = SamplerState {
                                 epoch: epoch + 1,
                                 position: 0,
                             };
                             self.end_of_pass = true;
                         }
-                        Some(Ok(batch))
+                        Handled::Out(Some(Ok(batch)))
                     }
                     // Not delivered, so not counted: as a failed batch, the pass ends and
                     // `state()` points at this batch, which a resume reads again.
                     Err(e) => {
                         self.fail_pass();
-                        Some(Err(e))
+                        Handled::Out(Some(Err(e)))
                     }
                 }
             }
             Some(Err(e)) => {
                 self.fail_pass();
-                Some(Err(e.into()))
+                Handled::Out(Some(Err(e.into())))
             }
             None => {
                 self.engine = None;
-                None
+                Handled::Out(None)
             }
         }
     }
+}
+
+/// What one batch from the engine makes of the pass.
+enum Handled<B> {
+    /// The pass's next item: a batch, an error, or its end.
+    Out(Option<Result<B>>),
+    /// Nothing to deliver (every sample skipped): take the next batch.
+    Again,
 }
 
 impl<T: Send + 'static, B> Iterator for DataLoader<T, B> {
@@ -810,8 +913,12 @@ impl<T: Send + 'static, B> Iterator for DataLoader<T, B> {
             Ok(false) => return None,
             Ok(true) => {}
         }
-        let raw = self.engine.as_mut()?.next_blocking();
-        self.handle(raw)
+        loop {
+            let raw = self.engine.as_mut()?.next_blocking();
+            if let Handled::Out(out) = self.handle(raw) {
+                return out;
+            }
+        }
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -832,12 +939,18 @@ impl<T: Send + 'static, B> Stream for DataLoader<T, B> {
             Ok(false) => return Poll::Ready(None),
             Ok(true) => {}
         }
-        let Some(engine) = this.engine.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match Pin::new(engine).poll_next(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(raw) => Poll::Ready(this.handle(raw)),
+        loop {
+            let Some(engine) = this.engine.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(engine).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(raw) => {
+                    if let Handled::Out(out) = this.handle(raw) {
+                        return Poll::Ready(out);
+                    }
+                }
+            }
         }
     }
 }
@@ -853,7 +966,7 @@ fn announce(
     cache: &Cache,
     sampler: &dyn Sampler,
     dataset: &Dataset,
-    state: LoaderState,
+    state: SamplerState,
     chunked: bool,
 ) {
     let last_use = chunked.then(|| chunk_last_uses(sampler, dataset, state));
@@ -890,7 +1003,7 @@ const CHUNK_HORIZON: u64 = 8192;
 
 /// For each position of the epoch from `state` on: whether its item is the last (for a
 /// while, [`CHUNK_HORIZON`]) to read its chunk, so the engine knows when to drop it.
-fn chunk_last_uses(sampler: &dyn Sampler, dataset: &Dataset, state: LoaderState) -> Vec<bool> {
+fn chunk_last_uses(sampler: &dyn Sampler, dataset: &Dataset, state: SamplerState) -> Vec<bool> {
     let mut last_seen: Vec<u64> = vec![u64::MAX; dataset.chunk_count()];
     let mut flags = Vec::with_capacity(sampler.len());
     for (k, index) in sampler.resume(state).enumerate() {

@@ -3,7 +3,11 @@
 use loader_storage::DynStorage;
 use loader_storage::layer::{RetryConfig, RetryStore};
 
-use crate::webdataset::{WebDataset, is_shard_url, shards_of, split_url};
+use crate::error::DatasetError;
+use crate::webdataset::{
+    ShardError, WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of,
+    split_url,
+};
 use crate::{Dataset, Result};
 
 /// The URL of the store a dataset URL lives on, to give [`from_url`](crate::from_url): a
@@ -39,6 +43,13 @@ impl Dataset {
             .await?;
         let shards = shards_of(&listed);
         if shards.is_empty() {
+            if let Some(suffix) = compressed_among(&listed) {
+                return Err(DatasetError::from(ShardError::List(
+                    store.name().to_owned(),
+                    compressed_problem(suffix),
+                ))
+                .into());
+            }
             Dataset::image_folder_of(listed, store.name())
         } else {
             webdataset.load_metas(store, shards).await

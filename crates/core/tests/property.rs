@@ -3,7 +3,9 @@
 //! One randomized property of the whole loader, through its public API: whatever the
 //! dataset size, batch size, `drop_last`, shuffle, rank and world size, fetch strategy,
 //! prefetch, in-flight and thread counts (down to 1), start position, interruption and
-//! resume (followed or not by `set_epoch`), transient faults, stalls past the timeout and a
+//! resume (followed or not by `set_epoch`), how the consumer stops a pass (reading to its
+//! end, stopping after exactly the batches left as a loop of `len()` steps does, or
+//! breaking early and starting a new pass), transient faults, stalls past the timeout and a
 //! panicking backend, and whether the bytes come from local disk, the in-process S3 server
 //! or that server behind the delay proxy, and whether a cache (memory, disk, both; tiny
 //! budgets, any policy) sits in front of the store: every epoch delivers each of its samples exactly
@@ -19,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use loader_core::sampler::{BatchSampler, RandomSampler, SequentialSampler};
+use loader_core::sampler::{BatchSampler, RandomSampler, SamplerState, SequentialSampler};
 use loader_core::scheduler::THREAD_PREFIX;
 use loader_core::storage::layer::{CacheConfig, CachePolicy, FaultConfig, RetryConfig};
 use loader_core::{
@@ -82,6 +84,10 @@ struct Case {
     interrupt_after: Option<usize>,
     set_epoch_after_resume: bool,
     passes: usize,
+    /// How each pass is consumed: 0 to its end; 1 exactly the batches left and no more
+    /// (a `for _ in range(len(loader))` loop), then `set_epoch` of the next epoch; 2 one
+    /// batch, a `break`, and a new pass for the rest.
+    consumer: u8,
     error_rate: f64,
     stall_rate: f64,
     panic_at: Option<usize>,
@@ -116,6 +122,7 @@ fn case() -> impl Strategy<Value = Case> {
             prop::option::of(0..6usize),
             any::<bool>(),
             1..=2usize,
+            0..3u8,
         ),
         (
             prop_oneof![3 => Just(0.0), 1 => Just(0.05), 1 => Just(0.2)],
@@ -131,7 +138,7 @@ fn case() -> impl Strategy<Value = Case> {
             (0..world_size).prop_map(move |rank| {
                 let (items, batch_size, drop_last, shuffle, world_size) = shape;
                 let (fetch, decode_threads, prefetch) = engine;
-                let (start, interrupt_after, set_epoch_after_resume, passes) = run;
+                let (start, interrupt_after, set_epoch_after_resume, passes, consumer) = run;
                 let (error_rate, stall_rate, panic_at, backend, seed, cache) = faults;
                 Case {
                     items,
@@ -147,6 +154,7 @@ fn case() -> impl Strategy<Value = Case> {
                     interrupt_after,
                     set_epoch_after_resume,
                     passes,
+                    consumer,
                     error_rate,
                     stall_rate,
                     panic_at: panic_at.filter(|&i| i < items),
@@ -192,7 +200,7 @@ impl Case {
     /// The indices of `epoch` from `position` on, in the order the loader must deliver them.
     fn expected(&self, state: LoaderState) -> Vec<u64> {
         BatchSampler::new(self.sampler(), self.batch_size, self.drop_last)
-            .resume(state)
+            .resume(sampler_state(state))
             .flatten()
             .map(|i| i as u64)
             .collect()
@@ -301,13 +309,33 @@ impl Case {
     }
 }
 
-/// One pass, or at most `limit` batches of it.
+/// One pass, or at most `limit` batches of it; with the reports of skipped samples no
+/// batch could carry (a last batch whose every sample was skipped is not delivered).
 fn pass(loader: &mut DataLoader<u64, Seen>, limit: Option<usize>) -> Vec<Seen> {
     let limit = limit.unwrap_or(usize::MAX);
-    (&mut *loader)
+    let mut seen: Vec<Seen> = (&mut *loader)
         .take(limit)
         .map(|batch| batch.unwrap())
-        .collect()
+        .collect();
+    let unreported = loader.take_unreported_skips();
+    if let Some(first) = unreported.first() {
+        seen.push(Seen {
+            epoch: first.info.epoch,
+            samples: Vec::new(),
+            skipped: unreported
+                .iter()
+                .map(|e| (e.info.position, e.info.index, e.to_string()))
+                .collect(),
+        });
+    }
+    seen
+}
+
+fn sampler_state(state: LoaderState) -> SamplerState {
+    SamplerState {
+        epoch: state.epoch,
+        position: state.position,
+    }
 }
 
 /// Check what one epoch delivered, from `from` on, against the sampler's order.
@@ -350,10 +378,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
     }
     let epoch_len = case.sampler().len() as u64;
     let position = ((epoch_len as f64 * case.start.1) as u64).min(epoch_len);
-    let mut state = LoaderState {
-        epoch: case.start.0,
-        position,
-    };
+    let mut state = LoaderState::at(case.start.0, position);
     let cache_dir = tempfile::tempdir().unwrap();
     let mut loader = case.loader(cache_dir.path());
     loader.resume(state).unwrap();
@@ -379,13 +404,35 @@ fn run(case: Case) -> Result<(), TestCaseError> {
                 continue;
             }
         }
-        seen.extend(pass(&mut loader, None));
+        match case.consumer {
+            0 => seen.extend(pass(&mut loader, None)),
+            1 => {
+                let now = sampler_state(loader.state().unwrap());
+                let left = BatchSampler::new(case.sampler(), case.batch_size, case.drop_last)
+                    .resume(now)
+                    .count();
+                seen.extend(pass(&mut loader, Some(left)));
+            }
+            _ => {
+                let first = pass(&mut loader, Some(1));
+                // A delivered batch has samples: without one, this pass already ended (a
+                // resume into the tail `drop_last` drops), and a new one is the next epoch.
+                let ended = first.iter().all(|s| s.samples.is_empty());
+                seen.extend(first);
+                if !ended {
+                    seen.extend(pass(&mut loader, None));
+                }
+            }
+        }
         check_epoch(&case, state, &seen)?;
-        state = LoaderState {
-            epoch: state.epoch + 1,
-            position: 0,
-        };
-        prop_assert_eq!(loader.state().unwrap(), state);
+        state = LoaderState::at(state.epoch + 1, 0);
+        if case.consumer == 1 {
+            // The training loop's own call before its next epoch (it never asked past the
+            // last batch, so the loader may still stand in the one it read).
+            loader.set_epoch(state.epoch);
+        }
+        let now = loader.state().unwrap();
+        prop_assert_eq!((now.epoch, now.position), (state.epoch, state.position));
     }
     drop(loader);
     let left = loader_threads_settle();

@@ -4,8 +4,46 @@
 //! matters is that it expands exactly as Python's `braceexpand` (which WebDataset uses)
 //! does for shard lists: zero-padded numeric ranges keep their width, groups multiply.
 
-/// Every name `pattern` stands for, in order. `Err` says what is malformed.
+/// The most names a pattern may stand for: a list of shards longer than this is a typo.
+const MAX_NAMES: u128 = 10_000_000;
+
+/// Every name `pattern` stands for, in order. `Err` says what is malformed, or that the
+/// pattern stands for more than 10 million names (counted before any is made).
 pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
+    let names = count(pattern)?;
+    if names > MAX_NAMES {
+        return Err(format!(
+            "the pattern stands for {names} names, more than 10 million; check its ranges"
+        ));
+    }
+    expand_checked(pattern)
+}
+
+/// How many names `pattern` stands for, without making them.
+fn count(pattern: &str) -> Result<u128, String> {
+    let mut total: u128 = 1;
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .map(|i| open + i)
+            .ok_or_else(|| "a '{' without its '}'".to_owned())?;
+        let body = &rest[open + 1..close];
+        let n: u128 = match body.split_once("..") {
+            Some((from, to)) => match (from.trim().parse::<u64>(), to.trim().parse::<u64>()) {
+                (Ok(lo), Ok(hi)) if lo <= hi => u128::from(hi - lo) + 1,
+                // Malformed: `expand_checked` says how.
+                _ => 1,
+            },
+            None => body.split(',').count() as u128,
+        };
+        total = total.saturating_mul(n);
+        rest = &rest[close + 1..];
+    }
+    Ok(total)
+}
+
+fn expand_checked(pattern: &str) -> Result<Vec<String>, String> {
     let Some(open) = pattern.find('{') else {
         if pattern.contains('}') {
             return Err("a '}' without its '{'".into());
@@ -25,7 +63,7 @@ pub fn expand(pattern: &str) -> Result<Vec<String>, String> {
         return Err("nested braces are not supported".into());
     }
     let choices = alternatives(body)?;
-    let rest = expand(tail)?;
+    let rest = expand_checked(tail)?;
     let mut out = Vec::with_capacity(choices.len() * rest.len());
     for choice in &choices {
         for r in &rest {
@@ -89,5 +127,19 @@ mod tests {
         for bad in ["a-{000..", "a-}", "{3..1}", "{a..b}", "{{0..1}}"] {
             assert!(expand(bad).is_err(), "{bad}");
         }
+    }
+
+    // Issue 25, defect 18: each group passed its own limit and the product's
+    // `Vec::with_capacity(10^14)` aborted the process (SIGABRT, the Python interpreter too).
+    #[test]
+    fn a_product_of_groups_past_the_limit_is_an_error_not_an_abort() {
+        for typo in [
+            "x-{0..9999999}-{0..9999999}.tar",
+            "{0..999}{0..999}{0..999}{0..999}{0..999}{0..999}{0..999}{0..999}.tar",
+        ] {
+            let err = expand(typo).unwrap_err();
+            assert!(err.contains("more than 10 million"), "{typo}: {err}");
+        }
+        assert_eq!(expand("{0..999}-{0..9}").unwrap().len(), 10_000);
     }
 }

@@ -35,15 +35,14 @@ pub struct ShardIndex {
 }
 
 impl ShardIndex {
-    /// Whether this index describes the shard as `meta` describes it now. A version the
-    /// index or the store lacks is not compared (the size still is).
+    /// Whether this index describes the shard as `meta` describes it now: same size and
+    /// same version. Without a version on both sides freshness cannot be told (a shard
+    /// rewritten at the same size would keep its old labels), so the index is not fresh
+    /// and the shard is scanned again.
     pub fn is_fresh_for(&self, meta: &ObjectMeta) -> bool {
         self.format == INDEX_FORMAT
             && self.size == meta.size
-            && match (&self.version, &meta.version) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            }
+            && matches!((&self.version, &meta.version), (Some(a), Some(b)) if a == b)
     }
 
     /// Parse an index file; `None` if it is not one of ours.

@@ -31,6 +31,7 @@ mod tar;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
 use loader_storage::layer::{RetryConfig, RetryStore};
@@ -229,18 +230,39 @@ impl WebDataset {
     ) -> Result<Vec<ShardIndex>> {
         let total = metas.len();
         let done = &std::sync::atomic::AtomicUsize::new(0);
-        futures::stream::iter(metas)
+        let cancel = &Arc::new(AtomicBool::new(false));
+        let mut indexes = futures::stream::iter(metas)
             .map(|meta| async move {
-                let index = self.index(store, &meta).await;
-                let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if cancel.load(Ordering::Acquire) {
+                    return None;
+                }
+                let index = self.index_cancellable(store, &meta, cancel).await;
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if let Some(progress) = &self.progress {
                     progress(n, total);
                 }
-                index
+                Some(index)
             })
-            .buffered(self.concurrency)
-            .try_collect()
-            .await
+            .buffered(self.concurrency);
+        // On the first failure the other scans are told to stop and are waited for: a scan
+        // runs on a blocking thread that reads through the caller's runtime, and returning
+        // (so that a caller may drop that runtime) while one still reads would panic it.
+        let mut out = Vec::with_capacity(total);
+        let mut failed = None;
+        while let Some(index) = indexes.next().await {
+            match index {
+                Some(Ok(index)) => out.push(index),
+                Some(Err(e)) => {
+                    cancel.store(true, Ordering::Release);
+                    failed.get_or_insert(e);
+                }
+                None => {}
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 
     /// The shards `url` names (see [`WebDataset::load_url`]): the store at its root and
@@ -271,6 +293,28 @@ impl WebDataset {
     /// The index of the shard `meta` describes: its sidecar, else the cached one, else
     /// built by scanning the shard (and then cached). A stale one is never used.
     pub async fn index(&self, store: &DynStorage, meta: &ObjectMeta) -> Result<ShardIndex> {
+        self.index_cancellable(store, meta, &Arc::new(AtomicBool::new(false)))
+            .await
+    }
+
+    /// [`WebDataset::index`], whose scan stops at its next block once `cancel` is set.
+    async fn index_cancellable(
+        &self,
+        store: &DynStorage,
+        meta: &ObjectMeta,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<ShardIndex> {
+        if meta.size == 0 {
+            // Before any index: one cached from an earlier run would call it a shard of
+            // no samples.
+            return Err(DatasetError::from(ShardError::Corrupt {
+                shard: meta.key.clone(),
+                store: store.name().to_owned(),
+                offset: 0,
+                problem: "the shard is empty (0 bytes), as a failed upload leaves it".into(),
+            })
+            .into());
+        }
         if self.sidecars {
             let sidecar = format!("{}{SIDECAR_SUFFIX}", meta.key);
             match RetryStore::new(&**store, RetryConfig::default())
@@ -301,7 +345,7 @@ impl WebDataset {
         {
             return Ok(index);
         }
-        let index = self.scan(store, meta).await?;
+        let index = self.scan_cancellable(store, meta, cancel).await?;
         if let Some(path) = cached {
             let json = index.to_json();
             // A cache that cannot be written (a read-only home) costs the next run a scan,
@@ -313,6 +357,17 @@ impl WebDataset {
 
     /// Build a shard's index by reading its headers (the whole shard, in large blocks).
     pub async fn scan(&self, store: &DynStorage, meta: &ObjectMeta) -> Result<ShardIndex> {
+        self.scan_cancellable(store, meta, &Arc::new(AtomicBool::new(false)))
+            .await
+    }
+
+    async fn scan_cancellable(
+        &self,
+        store: &DynStorage,
+        meta: &ObjectMeta,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<ShardIndex> {
+        let cancel = Arc::clone(cancel);
         let (store, key, size, block) = (
             Arc::clone(store),
             meta.key.clone(),
@@ -330,7 +385,7 @@ impl WebDataset {
             let (store, key) = (Arc::clone(&store), key.clone());
             tokio::task::spawn_blocking(move || {
                 let retried = RetryStore::new(&*store, RetryConfig::default());
-                tar::scan_object(&retried, &key, size, block, &runtime)
+                tar::scan_object(&retried, &key, size, block, &runtime, &cancel)
             })
             .await
         };
@@ -528,27 +583,68 @@ pub fn index_tar(name: &str, bytes: &[u8]) -> std::result::Result<Vec<IndexedSam
 /// `.tar` under the root". Braces may stand anywhere after the last `/` before the first
 /// brace: `s3://b/train-{000..009}.tar`, `/data/{a,b}/x.tar`.
 pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
+    // Errors show the URL without its user info and query, where credentials hide.
+    let list_error = |problem: String| {
+        Error::from(DatasetError::from(ShardError::List(
+            loader_storage::redact(url),
+            problem,
+        )))
+    };
     let cut = match url.find('{') {
         Some(brace) => url[..brace].rfind('/'),
-        None if is_tar(url) => url.rfind('/'),
+        None if is_tar(url) || compressed_tar(url).is_some() => url.rfind('/'),
         None => return Ok((url.trim_end_matches('/').to_owned(), None)),
     };
     let (root, pattern) = match cut {
         Some(i) => (url[..i].to_owned(), &url[i + 1..]),
         None => (".".to_owned(), url),
     };
-    let keys = braces::expand(pattern)
-        .map_err(|problem| DatasetError::from(ShardError::List(url.to_owned(), problem)))?;
+    if pattern.contains('?') {
+        // A query would become part of every shard's key (and show up in errors, where a
+        // signature or token must not).
+        return Err(list_error(
+            "a shard URL with a query (?...) is not supported: give the store's credentials \
+             as storage options instead"
+                .into(),
+        ));
+    }
+    let keys = braces::expand(pattern).map_err(list_error)?;
+    if let Some(suffix) = keys.iter().find_map(|k| compressed_tar(k)) {
+        return Err(list_error(compressed_problem(suffix)));
+    }
     Ok((if root.is_empty() { "/".into() } else { root }, Some(keys)))
 }
 
 /// Whether `url` names shards (a brace list or a `.tar`) rather than a prefix.
 pub fn is_shard_url(url: &str) -> bool {
-    url.contains('{') || is_tar(url)
+    url.contains('{') || is_tar(url) || compressed_tar(url).is_some()
 }
 
 fn is_tar(name: &str) -> bool {
     name.to_ascii_lowercase().ends_with(".tar")
+}
+
+/// The suffix of a compressed tar (`.tar.gz`, `.tgz`, ...), if `name` has one.
+fn compressed_tar(name: &str) -> Option<&'static str> {
+    const SUFFIXES: [&str; 7] = [
+        ".tar.gz",
+        ".tgz",
+        ".tar.zst",
+        ".tar.zstd",
+        ".tar.bz2",
+        ".tar.xz",
+        ".tar.lz4",
+    ];
+    let lower = name.to_ascii_lowercase();
+    SUFFIXES.into_iter().find(|s| lower.ends_with(s))
+}
+
+pub(crate) fn compressed_problem(suffix: &str) -> String {
+    format!(
+        "{suffix} shards are compressed, and loader reads samples by byte ranges, which a \
+         compressed stream does not allow; decompress them into .tar shards (e.g. `gunzip -k`, \
+         `zstd -d`): they stay WebDataset shards"
+    )
 }
 
 /// The `.tar` objects under `prefix`, sorted by key (retried as dataset listings are).
@@ -558,13 +654,23 @@ pub async fn list_shards(store: &dyn Storage, prefix: &str) -> Result<Vec<Object
         .await?;
     let shards = shards_of(&listed);
     if shards.is_empty() {
+        let problem = match compressed_among(&listed) {
+            Some(suffix) => compressed_problem(suffix),
+            None => "no .tar files there".into(),
+        };
         return Err(DatasetError::from(ShardError::List(
             format!("{}/{prefix}", store.name()),
-            "no .tar files there".into(),
+            problem,
         ))
         .into());
     }
     Ok(shards)
+}
+
+/// The compressed-tar suffix of the first such object of a listing: a listing of
+/// compressed shards is not an ImageFolder nor a set of shards to read.
+pub(crate) fn compressed_among(listed: &[ObjectMeta]) -> Option<&'static str> {
+    listed.iter().find_map(|m| compressed_tar(&m.key))
 }
 
 /// The `.tar` objects of a listing, sorted by key.

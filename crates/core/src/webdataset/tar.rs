@@ -5,6 +5,7 @@
 //! of members we do not need.
 
 use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use loader_storage::Storage;
@@ -38,6 +39,29 @@ pub(crate) enum ScanError {
 
 /// Every regular-file member of the `size`-byte tar that `reader` reads, in order.
 pub(crate) fn scan(reader: &mut BlockReader<'_>, size: u64) -> Result<Vec<TarMember>, ScanError> {
+    if size == 0 {
+        // What a failed or interrupted upload leaves; webdataset raises on it too.
+        return Err(ScanError::Corrupt {
+            offset: 0,
+            problem: "the shard is empty (0 bytes), as a failed upload leaves it; a tar \
+                      without members still has its 1,024-byte end marker"
+                .into(),
+        });
+    }
+    let mut magic = [0u8; 6];
+    let n = read_up_to(reader, &mut magic).map_err(|e| corrupt(0, &e))?;
+    if let Some(codec) = compression(&magic[..n]) {
+        return Err(ScanError::Corrupt {
+            offset: 0,
+            problem: format!(
+                "the shard is {codec}-compressed; samples are read by byte ranges, which a \
+                 compressed stream does not allow: decompress the shards (they stay tar files)"
+            ),
+        });
+    }
+    reader
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| corrupt(0, &e))?;
     let mut members = Vec::new();
     // The end of the last member seen, padded: where the next header must start.
     let mut next = 0u64;
@@ -89,6 +113,32 @@ fn corrupt(offset: u64, e: &io::Error) -> ScanError {
         offset,
         problem: e.to_string(),
     }
+}
+
+/// Read into `buf` until it is full or the reader ends; how many bytes were read.
+fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match reader.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// The compression whose magic bytes `head` starts with, if any.
+pub(crate) fn compression(head: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 4] = [
+        (&[0x1f, 0x8b], "gzip"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
+        (b"BZh", "bzip2"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0], "xz"),
+    ];
+    MAGIC
+        .iter()
+        .find(|(magic, _)| head.starts_with(magic))
+        .map(|(_, name)| *name)
 }
 
 /// Reads an object through ranged reads of `block` bytes, fetching a block only when a
@@ -173,8 +223,19 @@ pub(crate) fn scan_object(
     size: u64,
     block: u64,
     runtime: &tokio::runtime::Handle,
+    cancel: &AtomicBool,
 ) -> Result<Vec<TarMember>, ScanError> {
-    let mut fetch = |start: u64, end: u64| runtime.block_on(store.get_range(key, start..end));
+    let mut fetch = |start: u64, end: u64| {
+        if cancel.load(Ordering::Acquire) {
+            return Err(loader_storage::Error::new(
+                loader_storage::ErrorKind::Other,
+                store.name(),
+                key,
+                "indexing stopped: another shard failed",
+            ));
+        }
+        runtime.block_on(store.get_range(key, start..end))
+    };
     let mut reader = BlockReader::new(&mut fetch, size, block);
     let scanned = scan(&mut reader, size);
     match (scanned, reader.failed.take()) {
