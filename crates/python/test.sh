@@ -4,8 +4,9 @@
 # the first time here; it runs on CPU), then pytest. The virtualenv is kept, keyed by the pins,
 # under LOADER_CACHE (default ~/.cache/loader).
 #
-# The tests start `loader serve s3` and run examples/dump_batches.rs from target/debug
-# (LOADER_BIN_DIR), building them if `cargo test` has not.
+# The tests start `loader serve s3` and run examples/dump_batches.rs from the debug build in
+# cargo's target directory (as `cargo metadata` reports it, so CARGO_TARGET_DIR is honoured;
+# or LOADER_BIN_DIR), building them if `cargo test` has not.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

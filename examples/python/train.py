@@ -13,6 +13,7 @@ spent waiting for data. Point it at your own bucket with --url and --option KEY=
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -30,9 +31,23 @@ import loader_ml
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def target_directory() -> Path:
+    """Where cargo builds this workspace (`CARGO_TARGET_DIR` and configs included)."""
+    try:
+        out = subprocess.run(
+            ["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT,
+            check=True, capture_output=True, text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ROOT / "target"
+    return Path(json.loads(out)["target_directory"])
+
+
 def loader_binary() -> str:
-    for build in ("release", "debug"):
-        path = Path(os.environ.get("LOADER_BIN_DIR", ROOT / "target" / build)) / "loader"
+    given = os.environ.get("LOADER_BIN_DIR")
+    bases = [Path(given)] if given else [target_directory() / b for b in ("release", "debug")]
+    for base in bases:
+        path = base / "loader"
         if path.exists():
             return str(path)
     found = shutil.which("loader")

@@ -46,8 +46,8 @@ impl PyDataset {
         });
         match opened {
             Ok((store, dataset)) => Ok(Self { store, dataset }),
-            // The store's name, never the URL as given: it may hold credentials.
-            Err(e) => Err(errors::raise(&e, "the dataset's store")),
+            // The URL without its user info and query, where credentials hide.
+            Err(e) => Err(errors::raise(&e, &loader_core::storage::redact(&url))),
         }
     }
 

@@ -137,7 +137,7 @@ fn storage(e: &loader_core::storage::Error) -> Failure {
         ErrorKind::NotFound => Kind::NotFound,
         ErrorKind::PermissionDenied => Kind::Permission,
         ErrorKind::Transient | ErrorKind::Timeout | ErrorKind::Throttled => Kind::Transient,
-        ErrorKind::InvalidKey | ErrorKind::Unsupported => Kind::Config,
+        ErrorKind::InvalidKey | ErrorKind::Unsupported | ErrorKind::Config => Kind::Config,
         _ => Kind::Other,
     };
     let mut failure = Failure::new(kind, e.to_string());

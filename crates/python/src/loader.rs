@@ -10,6 +10,7 @@ use futures::StreamExt;
 use loader_core::storage::layer::{CacheConfig, CachePolicy, RetryConfig};
 use loader_core::{
     DataLoader, DistributedSampler, ErrorPolicy, Fetch, LoaderState, ShardOrder, collate,
+    sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -30,10 +31,20 @@ pub struct PyLoader {
     /// `None` once closed.
     inner: Mutex<Option<DataLoader>>,
     closed: AtomicBool,
-    /// Drives the loader's stream for one tick at a time.
-    runtime: tokio::runtime::Runtime,
+    /// Drives the loader's stream for one tick at a time; `None` only while dropping.
+    runtime: Option<tokio::runtime::Runtime>,
     backend: String,
     samples: usize,
+    /// This process's share: (rank, world size).
+    ranks: (usize, usize),
+    /// The process that made the loader: its threads exist there only.
+    pid: u32,
+    /// The next pass continues where the loader stands (a resume), rather than starting an
+    /// epoch as a new `iter()` does.
+    pinned: AtomicBool,
+    /// A `BaseException` that is not an `Exception` (KeyboardInterrupt, SystemExit) raised
+    /// by the Python transform: it stops the loader and is raised as it is.
+    fatal: transform::Fatal,
 }
 
 /// What one wait ended with.
@@ -46,6 +57,33 @@ enum Waited {
 }
 
 impl PyLoader {
+    /// Refuse to run in a process forked from the one that made the loader: its threads
+    /// (runtime, fetch, decode) do not exist there, so a wait would never end.
+    fn check_process(&self) -> PyResult<()> {
+        let now = std::process::id();
+        if now == self.pid {
+            return Ok(());
+        }
+        Err(errors::config(format!(
+            "this loader was made in process {} and is used in process {now}, forked from \
+             it; its fetch and decode threads do not exist here, so it cannot run. Make the \
+             loader in the process that iterates it, e.g. inside IterableDataset.__iter__, \
+             or iterate it directly instead of under torch's DataLoader with num_workers > 0 \
+             (it fetches and decodes on threads of its own)",
+            self.pid
+        )))
+    }
+
+    /// The transform's `KeyboardInterrupt` or `SystemExit`, if one was raised: the loader
+    /// stops and it is raised again here, whatever `skip_errors` says.
+    fn raise_fatal(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(err) = self.fatal.take() else {
+            return Ok(());
+        };
+        self.close(py);
+        Err(err)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Option<DataLoader>> {
         // A panic while the lock was held cannot leave the loader half-changed in a way
         // that matters here: its own state is updated only after a batch is complete.
@@ -67,12 +105,10 @@ impl PyLoader {
             return Waited::Closed;
         }
         let mut guard = self.lock();
-        let Some(loader) = guard.as_mut() else {
+        let (Some(loader), Some(runtime)) = (guard.as_mut(), self.runtime.as_ref()) else {
             return Waited::Closed;
         };
-        match self
-            .runtime
-            .block_on(async { tokio::time::timeout(TICK, StreamExt::next(loader)).await })
+        match runtime.block_on(async { tokio::time::timeout(TICK, StreamExt::next(loader)).await })
         {
             Ok(Some(Ok(batch))) => Waited::Batch(batch.into_tensors()),
             Ok(Some(Err(e))) => Waited::Failed(e),
@@ -196,6 +232,7 @@ impl PyLoader {
             });
         }
         let pipeline = transform::pipeline(transform.as_deref(), steps, seed)?;
+        let fatal = transform::Fatal::default();
         let builder = match transform_fn {
             Some(callable) => {
                 if transform.is_some() {
@@ -203,7 +240,15 @@ impl PyLoader {
                         "give transform as a name, steps or a callable, one of them",
                     ));
                 }
-                builder.map(transform::python_stage(callable, pipeline), collate)
+                // The callable gets decoded pixels: the native decoder reads them first.
+                dataset
+                    .dataset
+                    .check_decodable(&backend)
+                    .map_err(|e| errors::raise(&e, &backend))?;
+                let stage = transform::python_stage(callable, pipeline, fatal.clone());
+                // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
+                // bounds what the callable returns too.
+                builder.map(stage, collate).weigh(sample_bytes)
             }
             None => builder.transform(pipeline),
         };
@@ -217,18 +262,52 @@ impl PyLoader {
         Ok(Self {
             inner: Mutex::new(Some(loader)),
             closed: AtomicBool::new(false),
-            runtime,
+            runtime: Some(runtime),
             backend,
             samples: dataset.dataset.len(),
+            ranks: (rank, world_size),
+            pid: std::process::id(),
+            pinned: AtomicBool::new(false),
+            fatal,
         })
+    }
+
+    /// Start a pass, as a new `iter()` does: after a finished epoch (whether or not its
+    /// end was asked for) the next epoch; part way through one, the rest is dropped and
+    /// the next epoch starts (PyTorch's behaviour after a `break`); right after
+    /// `load_state_dict`, the resumed epoch goes on. Returns the epoch the pass reads.
+    fn begin_pass(&self, py: Python<'_>) -> PyResult<u64> {
+        self.check_process()?;
+        let pinned = self.pinned.swap(false, Ordering::AcqRel);
+        self.with(py, |l| {
+            if pinned {
+                l.epoch()
+            } else {
+                l.to_epoch_start()
+            }
+        })
+    }
+
+    /// Reports of skipped samples not handed over with a batch (a batch whose every
+    /// sample was skipped is not delivered), as exceptions; taken once.
+    fn take_unreported_skips<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let skips = self.with(py, |l| l.take_unreported_skips())?;
+        let list = PyList::empty(py);
+        for e in &skips {
+            list.append(Failure::of_item(e, &self.backend).into_py(py).value(py))?;
+        }
+        Ok(list)
     }
 
     /// The next batch of this epoch as `(images, labels, keys, indices, epoch, skipped)`,
     /// or `None` at the end of the epoch (the next call starts the next one). Waits with
     /// the GIL released; Ctrl-C interrupts the wait.
     fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.check_process()?;
         loop {
-            match py.detach(|| self.wait()) {
+            let waited = py.detach(|| self.wait());
+            self.raise_fatal(py)?;
+            match waited {
                 Waited::Waiting => py.check_signals()?,
                 Waited::EndOfEpoch => return Ok(None),
                 Waited::Closed => return Err(PyRuntimeError::new_err("the loader is closed")),
@@ -265,6 +344,18 @@ impl PyLoader {
         self.samples
     }
 
+    /// This process's rank among `world_size`.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.ranks.0
+    }
+
+    /// Processes sharing each epoch.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.ranks.1
+    }
+
     /// The epoch the next batch belongs to.
     #[getter]
     fn epoch(&self, py: Python<'_>) -> PyResult<u64> {
@@ -274,53 +365,66 @@ impl PyLoader {
     /// Read `epoch` next (PyTorch's `sampler.set_epoch`); the epoch the loader is in
     /// keeps its position.
     fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
-        self.with(py, |l| l.set_epoch(epoch))
+        self.check_process()?;
+        let pinned = self.pinned.load(Ordering::Acquire);
+        let (outcome, keep_pin) = self.with(py, |l| {
+            let here = l.epoch() == epoch;
+            let at = l.state().map(|s| (s.epoch, s.position));
+            let outcome = match at {
+                // Right after a resume, the training loop's own `set_epoch` of the resumed
+                // epoch continues it.
+                _ if pinned && here => Ok(()),
+                // Part way through this epoch (a `break`): PyTorch's next `iter()` reads
+                // the whole epoch the sampler was set to.
+                Ok((e, position)) if here && e == epoch && position != 0 => {
+                    l.resume(LoaderState::at(epoch, 0))
+                }
+                _ => {
+                    l.set_epoch(epoch);
+                    Ok(())
+                }
+            };
+            (outcome, pinned && here)
+        })?;
+        if !keep_pin {
+            self.pinned.store(false, Ordering::Release);
+        }
+        outcome.map_err(|e| errors::raise(&e, &self.backend))
     }
 
     /// Where the loader stands, as a dict to checkpoint: `epoch` and `position` (samples
-    /// of the epoch delivered), with the dataset's size to check a resume against.
-    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// of the epoch delivered), and under `order` what the order was made of (the
+    /// dataset's size and hash, world size, sampler, shuffle, seed), which a resume checks.
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let state = self
             .with(py, |l| l.state())?
             .map_err(|e| errors::raise(&e, &self.backend))?;
-        let dict = PyDict::new(py);
-        dict.set_item("epoch", state.epoch)?;
-        dict.set_item("position", state.position)?;
-        dict.set_item("num_samples", self.samples)?;
-        Ok(dict)
+        let json = serde_json::to_string(&state)
+            .map_err(|e| PyRuntimeError::new_err(format!("state_dict: {e}")))?;
+        py.import("json")?.call_method1("loads", (json,))
     }
 
-    /// Continue from a `state_dict()`: exactly the samples not delivered before it.
+    /// Continue from a `state_dict()`: exactly the samples not delivered before it. A state
+    /// of another order (dataset, world size, sampler, shuffle or seed) is refused.
     fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
-        let get = |name: &str| -> PyResult<u64> {
-            state
-                .get_item(name)?
-                .ok_or_else(|| {
-                    Failure::new(Kind::Config, format!("state_dict has no {name:?}")).into_py(py)
-                })?
-                .extract()
-        };
-        let (epoch, position) = (get("epoch")?, get("position")?);
-        if let Some(n) = state.get_item("num_samples")? {
-            let n: usize = n.extract()?;
-            if n != self.samples {
-                return Err(Failure::new(
-                    Kind::Config,
-                    format!(
-                        "the state is of a dataset of {n} samples, this loader's has {}",
-                        self.samples
-                    ),
-                )
-                .into_py(py));
-            }
-        }
-        self.with(py, |l| l.resume(LoaderState { epoch, position }))?
-            .map_err(|e| errors::raise(&e, &self.backend))
+        self.check_process()?;
+        let json: String = py
+            .import("json")?
+            .call_method1("dumps", (state,))?
+            .extract()?;
+        let state: LoaderState = serde_json::from_str(&json).map_err(|e| {
+            Failure::new(Kind::Config, format!("not a loader state_dict: {e}")).into_py(py)
+        })?;
+        self.with(py, |l| l.resume(state))?
+            .map_err(|e| errors::raise(&e, &self.backend))?;
+        self.pinned.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The engine's per-stage summary of the run so far (fetch, decode, waits), or `None`
     /// before the first batch.
     fn summary(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.check_process()?;
         self.with(py, |l| l.metrics().map(|m| m.summary().to_string()))
     }
 
@@ -328,6 +432,10 @@ impl PyLoader {
     /// waiting in `next_batch` gets an error instead of a batch.
     fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
+        if std::process::id() != self.pid {
+            // In a forked child the lock may be held by a thread that does not exist here.
+            return;
+        }
         py.detach(|| drop(self.lock().take()));
     }
 }
@@ -339,6 +447,13 @@ impl Drop for PyLoader {
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        if std::process::id() != self.pid {
+            // A forked child: joining threads that do not exist here would wait for ever,
+            // so what the parent's threads own is left to the process's end.
+            std::mem::forget(loader);
+            std::mem::forget(self.runtime.take());
+            return;
+        }
         // The engine joins its decode threads, which may be waiting for the GIL to run a
         // Python transform: let go of it while they finish.
         Python::attach(|py| py.detach(move || drop(loader)));

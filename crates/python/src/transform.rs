@@ -6,7 +6,10 @@ use loader_core::decoder::SampleData;
 use loader_core::decoder::{Filter, IMAGENET_MEAN, IMAGENET_STD, Transform};
 use loader_core::{Buffer, HostTensor, Pipeline, Sample, SampleInfo, SampleKey, StageError};
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyTypeError;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyException, PyTypeError};
 
 use crate::errors;
 use pyo3::prelude::*;
@@ -30,12 +33,54 @@ pub fn pipeline(named: Option<&str>, steps: Option<Vec<Step>>, seed: u64) -> PyR
         ))),
         (None, steps) => {
             let mut builder = Pipeline::builder().seed(seed);
+            let mut order = Order::default();
             for (name, args) in steps.unwrap_or_default() {
+                order.check(&name)?;
                 builder = step(builder, &name, &args)?;
             }
             builder
                 .build()
                 .map_err(|e| errors::config(format!("transform: {e}")))
+        }
+    }
+}
+
+/// Where a spec is in torchvision's order: the steps on the image, then `ToTensor`, then
+/// `Normalize`. A spec out of that order is refused, never run as some other pipeline (a
+/// `Normalize` before `ToTensor` was once silently dropped).
+#[derive(Default)]
+struct Order {
+    tensor: bool,
+    normalized: bool,
+}
+
+impl Order {
+    fn check(&mut self, name: &str) -> PyResult<()> {
+        match name {
+            "ToTensor" if self.tensor => Err(errors::config(
+                "ToTensor twice: the second would get a tensor (torchvision raises too)",
+            )),
+            "ToTensor" => {
+                self.tensor = true;
+                Ok(())
+            }
+            "Normalize" | "ImageNetNormalize" if !self.tensor => Err(errors::config(format!(
+                "{name} before ToTensor: Normalize takes a float tensor (torchvision raises \
+                 too); put ToTensor first"
+            ))),
+            "Normalize" | "ImageNetNormalize" if self.normalized => Err(errors::config(
+                "Normalize twice: the native pipeline normalizes once; fold the two into one",
+            )),
+            "Normalize" | "ImageNetNormalize" => {
+                self.normalized = true;
+                Ok(())
+            }
+            _ if self.tensor => Err(errors::config(format!(
+                "{name} after ToTensor: native steps run on the uint8 image, before ToTensor \
+                 (torchvision would run it on the float tensor, with other pixels); put it \
+                 before ToTensor, or pass the pipeline as a callable"
+            ))),
+            _ => Ok(()),
         }
     }
 }
@@ -114,6 +159,7 @@ fn step(
 pub fn python_stage(
     callable: Py<PyAny>,
     decode: Pipeline,
+    fatal: Fatal,
 ) -> impl Fn(Bytes, &SampleInfo) -> Result<Sample, StageError> + Send + Sync + 'static {
     move |bytes: Bytes, info: &SampleInfo| {
         let key = SampleKey {
@@ -125,7 +171,48 @@ pub fn python_stage(
             return Err("the decode step made floats, not pixels".into());
         };
         let image = HostTensor::u8(Buffer::from(pixels), decoded.shape.to_vec())?;
-        Python::attach(|py| call(py, &callable, image)).map_err(StageError::from)
+        if FINALIZING.load(Ordering::Acquire) {
+            // Taking the GIL while the interpreter finalizes ends the thread by a forced
+            // unwind through Rust frames, which aborts the process.
+            return Err("the Python interpreter is shutting down".into());
+        }
+        Python::attach(|py| {
+            call(py, &callable, image).map_err(|err| {
+                if !err.is_instance_of::<PyException>(py) {
+                    // KeyboardInterrupt, SystemExit: not a failed sample to skip.
+                    fatal.set(err.clone_ref(py));
+                }
+                StageError::from(err)
+            })
+        })
+    }
+}
+
+/// Set by `loader_ml` at interpreter exit (an `atexit` hook, before finalization), so
+/// decode threads stop calling into Python.
+static FINALIZING: AtomicBool = AtomicBool::new(false);
+
+/// `loader_ml._native._shutting_down()`: the interpreter is exiting; Python transforms
+/// are no longer called (their samples fail) while the hook closes the live loaders.
+#[pyfunction]
+pub fn _shutting_down() {
+    FINALIZING.store(true, Ordering::Release);
+}
+
+/// A `BaseException` that is not an `Exception`, raised by a Python transform on a decode
+/// thread, waiting to be raised in the thread that iterates.
+#[derive(Clone, Default)]
+pub struct Fatal(Arc<Mutex<Option<PyErr>>>);
+
+impl Fatal {
+    fn set(&self, err: PyErr) {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(err);
+    }
+
+    /// The exception, once.
+    pub fn take(&self) -> Option<PyErr> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 

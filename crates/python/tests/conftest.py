@@ -20,9 +20,20 @@ CLASSES = 3
 PER_CLASS = 8
 
 
+def target_directory() -> Path:
+    """Where cargo builds this workspace: `CARGO_TARGET_DIR`, a config's `build.target-dir`
+    or `target/`, as `cargo metadata` reports it (never guessed)."""
+    out = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=WORKSPACE,
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return Path(json.loads(out)["target_directory"])
+
+
 def binary(name: str, example: bool = False) -> Path:
-    """A workspace binary (`LOADER_BIN_DIR`, default target/debug), built if missing."""
-    base = Path(os.environ.get("LOADER_BIN_DIR", WORKSPACE / "target" / "debug"))
+    """A workspace binary (`LOADER_BIN_DIR`, default the debug build in cargo's target
+    directory), built if missing."""
+    base = Path(os.environ.get("LOADER_BIN_DIR") or target_directory() / "debug")
     path = base / "examples" / name if example else base / name
     if not path.exists():
         target = ["--example", name, "-p", "loader-examples"] if example else ["-p", "loader-cli"]

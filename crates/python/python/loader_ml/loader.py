@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
+import warnings
+import weakref
 from typing import Any, Callable, Iterator, Literal, Sequence, Union
 
 import numpy
@@ -58,10 +62,13 @@ def _torch_or_none() -> Any:
     return torch
 
 
-_TORCHVISION_STEPS = {
-    "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip", "ToTensor",
-    "Normalize",
-}
+_NATIVE_STEPS = (
+    "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize",
+)
+
+
+def _is_torchvision(step: Any) -> bool:
+    return type(step).__module__.startswith("torchvision.transforms")
 
 
 def _size(value: Any) -> list[float]:
@@ -71,23 +78,37 @@ def _size(value: Any) -> list[float]:
     return sizes
 
 
+def _bilinear_antialiased(name: str, step: Any) -> None:
+    """Refuse an interpolation or antialias setting the native resize does not run: it is
+    bilinear and antialiased, as torchvision's on PIL images."""
+    interpolation = str(getattr(step, "interpolation", "bilinear")).lower()
+    if "bilinear" not in interpolation:
+        raise ConfigError(
+            f"{name} with {interpolation}: the native resize is bilinear only; pass the "
+            "pipeline as a callable for other interpolations")
+    if getattr(step, "antialias", True) is False:
+        raise ConfigError(
+            f"{name}(antialias=False): the native resize is antialiased (as torchvision's "
+            "on PIL images always is); drop antialias=False or pass a callable")
+
+
 def _torchvision_step(step: Any) -> tuple[str, list[float]]:
-    """A torchvision transform object as a native step, refusing settings the native
-    pipeline would not honour (it must not silently train on other pixels)."""
+    """A torchvision transform object as a native step. Every parameter of the class is
+    read: one the native pipeline would not honour is refused, so nothing trains on other
+    pixels than asked for."""
     name = type(step).__name__
     if name == "Resize":
         size = step.size
         if not isinstance(size, int) and len(size) != 1:
             raise ConfigError(f"Resize({size}): only Resize(int), the shorter side, is native")
-        interpolation = str(getattr(step, "interpolation", "bilinear")).lower()
         if getattr(step, "max_size", None) is not None:
             raise ConfigError("Resize(max_size=...) has no native equivalent")
-        if "bilinear" not in interpolation:
-            raise ConfigError(f"Resize with {interpolation}: only bilinear is native")
+        _bilinear_antialiased(name, step)
         return "Resize", _size(size)
     if name == "CenterCrop":
         return "CenterCrop", _size(step.size)
     if name == "RandomResizedCrop":
+        _bilinear_antialiased(name, step)
         h, w = (_size(step.size) * 2)[:2]
         return "RandomResizedCrop", [h, w, *map(float, step.scale), *map(float, step.ratio)]
     if name == "RandomHorizontalFlip":
@@ -96,14 +117,29 @@ def _torchvision_step(step: Any) -> tuple[str, list[float]]:
         return "ToTensor", []
     if name == "Normalize":
         return "Normalize", [*map(float, step.mean), *map(float, step.std)]
-    raise ConfigError(f"{name} has no native equivalent; pass a callable instead")
+    raise ConfigError(_not_native(step))
 
 
-def _steps(spec: Sequence[Any]) -> list[tuple[str, list[float]]]:
+def _not_native(step: Any) -> str:
+    name = type(step).__name__
+    return (
+        f"{name} is a torchvision transform loader_ml does not run natively (native: "
+        f"{', '.join(_NATIVE_STEPS)}); pass the whole pipeline as a callable instead, e.g. "
+        "transform=lambda image: pipeline(PIL.Image.fromarray(image)) (it gets a uint8 HWC "
+        "numpy array and runs on the decode threads)")
+
+
+def _steps(spec: Any) -> list[tuple[str, list[float]]]:
     """Steps given as ``("Resize", 256)``, ``"ToTensor"``, ``("Normalize", mean, std)`` or
-    torchvision transform objects (a ``Compose`` too)."""
-    if type(spec).__name__ == "Compose":
+    torchvision transform objects (a ``Compose`` too, or one transform alone)."""
+    if type(spec).__name__ == "Compose" and _is_torchvision(spec):
         spec = spec.transforms
+    elif _is_torchvision(spec):
+        spec = [spec]
+    if isinstance(spec, (str, bytes)) or not isinstance(spec, (list, tuple)):
+        raise ConfigError(
+            f"transform {spec!r}: give a name (\"imagenet_eval\"), a list of steps, a "
+            "torchvision transform or Compose, or a callable")
     steps: list[tuple[str, list[float]]] = []
     for step in spec:
         if isinstance(step, str):
@@ -113,11 +149,44 @@ def _steps(spec: Sequence[Any]) -> list[tuple[str, list[float]]]:
             for arg in step[1:]:
                 args.extend(_size(arg) if not isinstance(arg, float) else [arg])
             steps.append((step[0], args))
-        elif type(step).__name__ in _TORCHVISION_STEPS:
+        elif _is_torchvision(step):
             steps.append(_torchvision_step(step))
         else:
-            raise ConfigError(f"transform step {step!r}: give (name, *args) or a torchvision transform")
+            raise ConfigError(
+                f"transform step {step!r}: give (name, *args), a name, or a torchvision "
+                "transform")
     return steps
+
+
+def _process_group() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of torch.distributed's default process group when one is
+    initialised (``mp.spawn`` + ``init_process_group`` sets no environment variables)."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _torch_worker() -> Any:
+    """torch's ``get_worker_info()`` when this runs in a torch DataLoader worker."""
+    data = sys.modules.get("torch.utils.data")
+    return data.get_worker_info() if data is not None else None
+
+
+#: Loaders not yet closed, closed at interpreter exit (before finalization, while their
+#: threads can still finish a call into Python).
+_LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_loaders() -> None:
+    _native._shutting_down()
+    for loader in list(_LIVE):
+        try:
+            loader.close()
+        except Exception:  # exiting: nothing to report it to
+            pass
 
 
 class DataLoader:
@@ -147,12 +216,18 @@ class DataLoader:
             "aws_region": ...}`` (otherwise the usual environment variables).
         manifest: a CSV (``key,label``) or JSON-lines key under the URL listing the samples,
             instead of listing the store.
-        rank, world_size: this process's share of every epoch (default: from ``RANK`` and
+        rank, world_size: this process's share of every epoch (default: from
+            torch.distributed's process group when it is initialised, else ``RANK`` and
             ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
             ``SLURM_NTASKS``); ranks read disjoint samples, as PyTorch's
-            ``DistributedSampler``.
+            ``DistributedSampler``. A loader made before ``init_process_group`` whose
+            process group then disagrees refuses to iterate.
         skip_errors: skip up to this many failing samples per epoch (reported in
-            ``batch.skipped``) instead of raising at the first.
+            ``batch.skipped``) instead of raising at the first. A batch whose every sample
+            failed is not delivered (its reports ride with the next batch, or a
+            ``RuntimeWarning`` at the end of the epoch), so no batch is ever empty. A
+            ``KeyboardInterrupt`` or ``SystemExit`` from a transform is never skipped: it
+            stops the loader and is raised as it is.
         shard_order: ``"local"`` or ``"global"`` for shuffled shards.
         shuffle_buffer: samples shuffled together in ``"local"`` shard order.
         cache_dir: cache what is read in this directory, so later epochs and runs read
@@ -164,8 +239,9 @@ class DataLoader:
         max_retries: retries of a failed request (default 9, with backoff, within 2 min).
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
 
-    Iterating reads one epoch; iterating again reads the next one (or, after a ``break``,
-    the rest of the current one). ``state_dict()`` and ``load_state_dict()`` resume exactly.
+    Each ``iter()`` reads one epoch, as torch's DataLoader: iterating again reads the next
+    one, also after a ``break`` or a loop that stopped after ``len(loader)`` batches; after
+    ``load_state_dict()`` the next ``iter()`` continues the saved epoch, exactly.
     """
 
     def __init__(
@@ -205,11 +281,29 @@ class DataLoader:
         name = steps = function = None
         if isinstance(transform, str):
             name = transform
-        elif callable(transform) and type(transform).__name__ != "Compose" \
-                and type(transform).__name__ not in _TORCHVISION_STEPS:
+        elif callable(transform) and not _is_torchvision(transform):
             function = transform
         elif transform is not None:
             steps = _steps(transform)
+        worker = _torch_worker()
+        if worker is not None and worker.num_workers > 1 and rank is None \
+                and world_size is None:
+            raise ConfigError(
+                f"made inside worker {worker.id} of {worker.num_workers} of a torch "
+                "DataLoader: each worker would read the whole dataset, delivering every "
+                "sample once per worker. Iterate this loader directly (it fetches and "
+                "decodes on threads of its own), use num_workers=0, or give rank= and "
+                "world_size= for the split you want")
+        # Ranks: as given, else torch.distributed's process group, else the environment
+        # (RANK/WORLD_SIZE, SLURM's), which the native side reads.
+        self._ranks_from = "given"
+        if rank is None and world_size is None:
+            group = _process_group()
+            if group is not None:
+                rank, world_size = group
+                self._ranks_from = "process group"
+            else:
+                self._ranks_from = "environment"
         if output == "auto":
             self._torch = _torch_or_none()
         elif output == "torch":
@@ -231,19 +325,57 @@ class DataLoader:
             epochs=epochs, request_timeout=request_timeout, max_retries=max_retries,
         )
         self.batch_size = batch_size
+        self._pass = 0
+        _LIVE.add(self)
 
     def _array(self, buffer: _native.HostBuffer) -> Any:
         array = numpy.asarray(buffer)  # a view: the buffer protocol, no copy
         return array if self._torch is None else self._torch.from_numpy(array)
 
     def __iter__(self) -> Iterator[Batch]:
+        """A pass, as torch's DataLoader: a new ``iter()`` starts an epoch (the next one),
+        however the last pass ended (after its last batch, with or without asking past it,
+        or at a ``break``); right after ``load_state_dict`` it continues the saved epoch.
+        An iterator of an earlier pass ends when a new one starts."""
+        self._check_ranks()
+        self._native.begin_pass()
+        self._pass += 1
+        return self._batches(self._pass)
+
+    def _batches(self, this_pass: int) -> Iterator[Batch]:
         native = self._native
-        while True:
+        while self._pass == this_pass:
             raw = native.next_batch()
             if raw is None:
+                self._report_unreported_skips()
                 return
             images, labels, keys, indices, epoch, skipped = raw
             yield Batch(self._array(images), self._array(labels), keys, indices, epoch, skipped)
+
+    def _report_unreported_skips(self) -> None:
+        """Samples skipped in a last batch that had none left: no batch carries them, so
+        they are reported here rather than lost from sight."""
+        skipped = self._native.take_unreported_skips()
+        if skipped:
+            shown = "; ".join(str(e) for e in skipped[:5])
+            more = f" (and {len(skipped) - 5} more)" if len(skipped) > 5 else ""
+            warnings.warn(
+                f"{len(skipped)} sample(s) of the epoch's last batch were skipped and no "
+                f"sample of it was left to deliver, so no batch reports them: {shown}{more}",
+                RuntimeWarning, stacklevel=3)
+
+    def _check_ranks(self) -> None:
+        """A loader made before ``init_process_group`` took its share from the environment:
+        if the process group now says otherwise, refuse rather than read another share."""
+        if self._ranks_from == "given":
+            return
+        group = _process_group()
+        here = (self._native.rank, self._native.world_size)
+        if group is not None and group != here:
+            raise ConfigError(
+                f"this loader reads share {here[0]} of {here[1]} (from the {self._ranks_from}) "
+                f"but torch.distributed's process group says rank {group[0]} of {group[1]}; "
+                "make the loader after init_process_group, or give rank= and world_size=")
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank)."""
@@ -255,18 +387,23 @@ class DataLoader:
         return self._native.epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch`` next, as ``DistributedSampler.set_epoch``; setting the epoch the
-        loader is in keeps its position (so a resumed run's ``set_epoch`` continues)."""
+        """Read ``epoch`` next, from its start, as ``DistributedSampler.set_epoch``; right
+        after ``load_state_dict``, setting the saved epoch keeps its position (so a resumed
+        run's own ``set_epoch`` call continues it)."""
         self._native.set_epoch(epoch)
 
-    def state_dict(self) -> dict[str, int]:
-        """Where the loader stands (epoch, samples of it delivered): save it with the
-        model's; ``load_state_dict`` resumes exactly after it."""
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands (``epoch``, ``position``: samples of it delivered) and
+        what its order was made of (``order``): save it with the model's;
+        ``load_state_dict`` resumes exactly after it."""
         return self._native.state_dict()
 
-    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from a ``state_dict()``: the samples not delivered before it, then the
-        same epochs as without the interruption."""
+        same epochs as without the interruption. The next ``iter()`` continues the saved
+        epoch. A state saved under another dataset, world size, sampler, shuffle or seed
+        is refused (``ConfigError`` naming both sides): its position would name other
+        samples here."""
         self._native.load_state_dict(dict(state_dict))
 
     def summary(self) -> str | None:
@@ -275,7 +412,9 @@ class DataLoader:
         return self._native.summary()
 
     def close(self) -> None:
-        """Stop now: cancel in-flight requests and join the threads."""
+        """Stop now: cancel in-flight requests and join the threads. Live loaders are
+        closed at interpreter exit too."""
+        _LIVE.discard(self)
         self._native.close()
 
     def __enter__(self) -> DataLoader:
