@@ -28,7 +28,8 @@ fi
 "$venv/bin/pip" install --quiet --force-reinstall --no-deps ./crates/python
 
 cargo build --release -q -p loader-cli
-loader=target/release/loader
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+loader=$target/release/loader
 [ -f "$data/.complete" ] || { "$loader" gen "$data/bench" --images 2000 --classes 10 && touch "$data/.complete"; }
 
 results=$out/results.jsonl

@@ -187,70 +187,158 @@ impl Unit {
         hedger: &Hedger,
         fetch: &InFlight<'_>,
     ) -> Result<Bytes, Error> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        use std::time::Instant;
+
         hedger.sent();
+        // Up to three requests for the same bytes: the first; a hedge when it is in the tail
+        // (after the quantile, within the budget; looked at once) or has stalled (many
+        // times the p99, whatever the budget); and, after a tail hedge, one more if both
+        // stall. The first answer wins; dropping the others cancels them. Until a hedge
+        // goes out only the first is polled, with a timer: the common case allocates
+        // nothing more.
         let first = self.request(cx, fetch);
         tokio::pin!(first);
-        // Two reasons to send it again, looked at as their times come: the tail (after the
-        // quantile, within the budget; looked at once) and a stall (after many times the
-        // p99, whatever the budget). Both thresholds follow the latencies while it waits.
+        // When each request went out (no allocation: at most three).
+        let mut times = [fetch.started(); 3];
+        let mut count = 1;
         let mut tail_looked = false;
-        // When the hedge went out, if one did and it answered first: its own latency is
-        // what the store took, not the wait since the first request.
-        let mut hedge_answered: Option<std::time::Instant> = None;
-        let result = loop {
-            let tail = if tail_looked { None } else { hedger.delay() };
-            let stall = hedger.stall_after();
-            let (at, is_stall) = match (tail, stall) {
-                (Some(t), Some(s)) if s <= t => (s, true),
-                (Some(t), _) => (t, false),
-                (None, Some(s)) => (s, true),
-                (None, None) => break first.await,
-            };
-            let elapsed = fetch.started().elapsed();
-            if elapsed < at {
-                let mut wait = at - elapsed;
-                if is_stall {
-                    // While nothing is known the threshold is a guess that the first
-                    // answers will lower: look again soon.
-                    wait = wait.min(hedger.recheck());
-                }
-                tokio::select! {
-                    answer = &mut first => break answer,
-                    () = tokio::time::sleep(wait) => continue,
-                }
+        // The first request alone until a hedge is due.
+        loop {
+            match self.next_hedge(cx, hedger, &times[..count], &mut tail_looked) {
+                Next::Send => break,
+                Next::Look => continue,
+                Next::Wait(wait) => tokio::select! {
+                    answer = first.as_mut() => {
+                        return self.won(cx, hedger, fetch, &times[..1], answer.map(|b| (0, b)));
+                    }
+                    () = tokio::time::sleep(wait) => {}
+                },
             }
-            let hedge = if is_stall {
-                // Not tail: a lost response or a dead connection.
-                cx.metrics.stall_hedged();
-                true
-            } else {
-                tail_looked = true;
-                let retries = cx.metrics.tally.retried() + cx.metrics.throttled();
-                hedger.spend(retries)
-            };
-            if hedge {
-                let sent = std::time::Instant::now();
-                let second = async {
-                    let _in_flight = cx.metrics.hedge_started();
-                    self.request(cx, fetch).await
-                };
-                tokio::pin!(second);
-                let (answer, hedge_won) = first_answer(cx, first, second).await;
-                if hedge_won {
-                    hedge_answered = Some(sent);
+        }
+        // Then all of them, until one answers.
+        let mut requests = FuturesUnordered::new();
+        requests.push(async move { (0usize, first.await) }.boxed());
+        let mut first_error: Option<Error> = None;
+        let mut send = true;
+        let result = loop {
+            if std::mem::take(&mut send) && count < times.len() {
+                let tag = count;
+                times[tag] = Instant::now();
+                count += 1;
+                requests.push(
+                    async move {
+                        let _in_flight = cx.metrics.hedge_started();
+                        (tag, self.request(cx, fetch).await)
+                    }
+                    .boxed(),
+                );
+            }
+            let wait = match self.next_hedge(cx, hedger, &times[..count], &mut tail_looked) {
+                Next::Send => {
+                    send = true;
+                    continue;
                 }
-                break answer;
+                Next::Look => continue,
+                Next::Wait(wait) => wait,
+            };
+            tokio::select! {
+                answered = requests.next() => match answered {
+                    Some((tag, Ok(bytes))) => break Ok((tag, bytes)),
+                    Some((_, Err(e))) => {
+                        // The first error is the one reported if every request fails.
+                        let e = first_error.get_or_insert(e);
+                        if requests.is_empty() {
+                            break Err(e.clone());
+                        }
+                    }
+                    None => break Err(first_error.take().unwrap_or_else(|| {
+                        self.error(cx, ErrorKind::Other, "no request was sent")
+                    })),
+                },
+                () = tokio::time::sleep(wait) => {}
             }
         };
-        // The delay is a quantile of the store's latency: a cache's quick answers would pull
-        // it down, and the budget would go on requests that are only slower than a hit.
-        // A rescued stall's wait is not a latency of the store: counted, it would raise the
-        // p99 and with it the next stall's threshold, round after round.
-        if result.is_ok() && !fetch.cached() {
-            let from = hedge_answered.unwrap_or_else(|| fetch.started());
-            hedger.answered(from.elapsed());
+        drop(requests);
+        self.won(cx, hedger, fetch, &times[..count], result)
+    }
+
+    /// The race's answer: the bytes, with the winner's own latency for the hedger.
+    fn won(
+        &self,
+        cx: &FetchContext,
+        hedger: &Hedger,
+        fetch: &InFlight<'_>,
+        sent: &[std::time::Instant],
+        result: Result<(usize, Bytes), Error>,
+    ) -> Result<Bytes, Error> {
+        result.map(|(tag, bytes)| {
+            if tag > 0 {
+                cx.metrics.hedge_won();
+            }
+            // A rescued stall's wait is not a latency of the store: counted, it would raise
+            // the p99 and with it the next stall's threshold, round after round. The
+            // winning request's own time is.
+            if !fetch.cached()
+                && let Some(at) = sent.get(tag)
+            {
+                hedger.answered(at.elapsed());
+            }
+            bytes
+        })
+    }
+
+    /// What the race does next, given when its requests went out: send one more now, look
+    /// again at once (a tail hedge the budget refused), or wait this long for an answer.
+    fn next_hedge(
+        &self,
+        cx: &FetchContext,
+        hedger: &Hedger,
+        sent: &[std::time::Instant],
+        tail_looked: &mut bool,
+    ) -> Next {
+        let Some(&last) = sent.last() else {
+            return Next::Wait(std::time::Duration::MAX);
+        };
+        let tail = if *tail_looked || sent.len() > 1 {
+            None
+        } else {
+            hedger.delay()
+        };
+        let stall = if sent.len() < 3 {
+            hedger.stall_after()
+        } else {
+            None
+        };
+        let (at, is_stall) = match (tail, stall) {
+            (Some(t), Some(s)) if s <= t => (s, true),
+            (Some(t), _) => (t, false),
+            (None, Some(s)) => (s, true),
+            (None, None) => return Next::Wait(std::time::Duration::MAX),
+        };
+        let elapsed = last.elapsed();
+        if elapsed < at {
+            // While nothing is known the stall threshold is a guess that the first answers
+            // will lower: look again soon.
+            let wait = at - elapsed;
+            return Next::Wait(if is_stall {
+                wait.min(hedger.recheck())
+            } else {
+                wait
+            });
         }
-        result
+        if is_stall {
+            // Not tail: a lost response or a dead connection.
+            cx.metrics.stall_hedged();
+            return Next::Send;
+        }
+        *tail_looked = true;
+        let retries = cx.metrics.tally.retried() + cx.metrics.throttled();
+        if hedger.spend(retries) {
+            Next::Send
+        } else {
+            Next::Look
+        }
     }
 
     fn error(&self, cx: &FetchContext, kind: ErrorKind, message: &str) -> Error {
@@ -288,36 +376,14 @@ impl Unit {
     }
 }
 
-/// The first successful answer of two requests for the same bytes (the first's error if
-/// both fail), and whether the second's won; the other request is dropped, which cancels it
-/// and frees what it held.
-async fn first_answer(
-    cx: &FetchContext,
-    mut first: std::pin::Pin<&mut impl std::future::Future<Output = Result<Bytes, Error>>>,
-    mut second: std::pin::Pin<&mut impl std::future::Future<Output = Result<Bytes, Error>>>,
-) -> (Result<Bytes, Error>, bool) {
-    let (hedge_first, answer) = tokio::select! {
-        answer = &mut first => (false, answer),
-        answer = &mut second => (true, answer),
-    };
-    let (hedge_won, answer) = match answer {
-        Ok(bytes) => (hedge_first, Ok(bytes)),
-        Err(e) => {
-            let other = if hedge_first {
-                first.await
-            } else {
-                second.await
-            };
-            match other {
-                Ok(bytes) => (!hedge_first, Ok(bytes)),
-                Err(_) => (false, Err(e)),
-            }
-        }
-    };
-    if hedge_won {
-        cx.metrics.hedge_won();
-    }
-    (answer, hedge_won)
+/// What a race of requests does next.
+enum Next {
+    /// Send one more request now.
+    Send,
+    /// Look again at once.
+    Look,
+    /// Wait this long for an answer, then look again.
+    Wait(std::time::Duration),
 }
 
 /// Runs of neighbouring ranges of one object in `items` (in plan order) are read in one
