@@ -255,7 +255,17 @@ impl<O> Iterator for Epoch<'_, O> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let loader = self.inner.loader.as_mut().ok()?;
-        match loader.next()? {
+        let Some(next) = loader.next() else {
+            // A last batch whose every sample was skipped is not delivered, and burn's
+            // batches have no place for its reports: they are said here, not lost.
+            let skipped = loader.take_unreported_skips();
+            self.processed += skipped.len();
+            for e in &skipped {
+                eprintln!("warning: skipped (the epoch's last batch had no sample left): {e}");
+            }
+            return None;
+        };
+        match next {
             Ok(batch) => {
                 self.processed += batch.len() + batch.skipped.len();
                 Some(self.owner.convert.convert(batch, &self.owner.device))

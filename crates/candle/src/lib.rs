@@ -171,7 +171,15 @@ impl Iterator for CandleLoader {
     type Item = Result<CandleBatch, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let batch = match self.loader.next()? {
+        let Some(next) = self.loader.next() else {
+            // A last batch whose every sample was skipped is not delivered: its reports
+            // are said here, not lost (`loader().take_unreported_skips()` takes them first).
+            for e in self.loader.take_unreported_skips() {
+                eprintln!("warning: skipped (the epoch's last batch had no sample left): {e}");
+            }
+            return None;
+        };
+        let batch = match next {
             Ok(batch) => batch,
             Err(e) => return Some(Err(e.into())),
         };

@@ -219,6 +219,11 @@ pub fn main(args: Args) -> Result {
             ));
             bar.inc(1);
         }
+        // A last batch whose every sample was skipped is not delivered: its reports are here.
+        for e in loader.take_unreported_skips() {
+            bar.println(format!("skipped: {e}"));
+            skipped += 1;
+        }
         let seconds = epoch_start.elapsed().as_secs_f64();
         epochs.push(serde_json::json!({
             "images": images - epoch_images,

@@ -35,6 +35,8 @@ pub struct PyLoader {
     runtime: Option<tokio::runtime::Runtime>,
     backend: String,
     samples: usize,
+    /// Batches per epoch.
+    batches: usize,
     /// This process's share: (rank, world size).
     ranks: (usize, usize),
     /// The process that made the loader: its threads exist there only.
@@ -255,6 +257,7 @@ impl PyLoader {
         let loader = py
             .detach(|| builder.build())
             .map_err(|e| errors::raise(&e, &backend))?;
+        let batches = loader.len();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -265,6 +268,7 @@ impl PyLoader {
             runtime: Some(runtime),
             backend,
             samples: dataset.dataset.len(),
+            batches,
             ranks: (rank, world_size),
             pid: std::process::id(),
             pinned: AtomicBool::new(false),
@@ -333,9 +337,9 @@ impl PyLoader {
         }
     }
 
-    /// Batches per epoch.
-    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        self.with(py, |l| l.len())
+    /// Batches per epoch (fixed when the loader is made, so asking takes no lock).
+    fn __len__(&self) -> usize {
+        self.batches
     }
 
     /// Samples in the dataset.
@@ -359,6 +363,7 @@ impl PyLoader {
     /// The epoch the next batch belongs to.
     #[getter]
     fn epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        self.check_process()?;
         self.with(py, |l| l.epoch())
     }
 
@@ -366,6 +371,11 @@ impl PyLoader {
     /// keeps its position.
     fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
         self.check_process()?;
+        if epoch > 1 << 62 {
+            return Err(errors::config(format!(
+                "epoch {epoch} is not an epoch a run reaches (at most 2^62)"
+            )));
+        }
         let pinned = self.pinned.load(Ordering::Acquire);
         let (outcome, keep_pin) = self.with(py, |l| {
             let here = l.epoch() == epoch;
@@ -396,6 +406,7 @@ impl PyLoader {
     /// of the epoch delivered), and under `order` what the order was made of (the
     /// dataset's size and hash, world size, sampler, shuffle, seed), which a resume checks.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.check_process()?;
         let state = self
             .with(py, |l| l.state())?
             .map_err(|e| errors::raise(&e, &self.backend))?;
@@ -408,6 +419,7 @@ impl PyLoader {
     /// of another order (dataset, world size, sampler, shuffle or seed) is refused.
     fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
         self.check_process()?;
+        let state_dict = state;
         let json: String = py
             .import("json")?
             .call_method1("dumps", (state,))?
@@ -415,6 +427,20 @@ impl PyLoader {
         let state: LoaderState = serde_json::from_str(&json).map_err(|e| {
             Failure::new(Kind::Config, format!("not a loader state_dict: {e}")).into_py(py)
         })?;
+        // A state_dict of an earlier version names the dataset's size only: still checked.
+        if state.order.is_none()
+            && let Some(n) = state_dict_samples(state_dict)?
+            && n != self.samples
+        {
+            return Err(Failure::new(
+                Kind::Config,
+                format!(
+                    "the state is of a dataset of {n} samples, this loader's has {}",
+                    self.samples
+                ),
+            )
+            .into_py(py));
+        }
         self.with(py, |l| l.resume(state))?
             .map_err(|e| errors::raise(&e, &self.backend))?;
         self.pinned.store(true, Ordering::Release);
@@ -438,6 +464,14 @@ impl PyLoader {
         }
         py.detach(|| drop(self.lock().take()));
     }
+}
+
+/// The `num_samples` of a state_dict written before states carried their order.
+fn state_dict_samples(state: &Bound<'_, PyDict>) -> PyResult<Option<usize>> {
+    state
+        .get_item("num_samples")?
+        .map(|n| n.extract::<usize>())
+        .transpose()
 }
 
 impl Drop for PyLoader {

@@ -153,6 +153,9 @@ def test_state_dict_resumes_exactly(s3) -> None:
     other = dict(state, order=dict(state["order"], samples=99))
     with pytest.raises(loader_ml.ConfigError, match="another dataset .99 samples"):
         make().load_state_dict(other)
+    # A state_dict of the earlier form (no order, the dataset's size) is still checked.
+    with pytest.raises(loader_ml.ConfigError, match="this loader.s has 24"):
+        make().load_state_dict({"epoch": 0, "position": 0, "num_samples": 99})
 
 
 def test_epochs_len_and_numpy_output(data_root: Path) -> None:

@@ -182,6 +182,19 @@ def test_under_torch_workers_samples_are_never_delivered_twice(data_root: Path) 
                                         multiprocessing_context="fork")
     with pytest.raises(loader_ml.ConfigError, match="once per worker"):
         list(outer)
+    # Given a share that is this process's alone (rank 0 of 1): still once per worker.
+    explicit = Wrapped(lambda: loader_ml.DataLoader(url, batch_size=4, rank=0, world_size=1))
+    outer = torch.utils.data.DataLoader(explicit, batch_size=None, num_workers=2, timeout=60,
+                                        multiprocessing_context="fork")
+    with pytest.raises(loader_ml.ConfigError, match="once per worker"):
+        list(outer)
+    # Split by worker as well: every sample once, from two workers.
+    by_worker = Wrapped(lambda: loader_ml.DataLoader(
+        url, batch_size=4, rank=torch.utils.data.get_worker_info().id, world_size=2))
+    outer = torch.utils.data.DataLoader(by_worker, batch_size=None, num_workers=2, timeout=60,
+                                        multiprocessing_context="fork")
+    got = list(outer)
+    assert len(got) == SAMPLES == len(set(got))
     # With num_workers=0 it is the loader itself: every sample once.
     outer = torch.utils.data.DataLoader(Wrapped(lambda: loader_ml.DataLoader(url, batch_size=4)),
                                         batch_size=None, num_workers=0)

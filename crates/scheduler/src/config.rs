@@ -133,6 +133,9 @@ pub enum ConfigError {
     /// `max_buffered_bytes` is 0.
     #[error("max_buffered_bytes must be at least 1")]
     NoBufferedBytes,
+    /// A hedge setting out of its range.
+    #[error("hedge: {0}")]
+    Hedge(String),
 }
 
 impl Default for Config {
@@ -175,6 +178,9 @@ impl Config {
         }
         if self.max_buffered_bytes == 0 {
             return Err(ConfigError::NoBufferedBytes);
+        }
+        if let Some(hedge) = &self.hedge {
+            hedge.validate().map_err(ConfigError::Hedge)?;
         }
         Ok(())
     }

@@ -8,8 +8,9 @@
 //! A **stall** is not tail: a request unanswered after many times the recent 99th
 //! percentile (a response black-holed by the network, a dead connection) is sent again
 //! whatever the budget's state, and also before the quantile is known, so it costs about
-//! that long instead of the attempt timeout. A request goes out at most three times: a
-//! tail hedge, then a stall hedge if both stall.
+//! that long instead of the attempt timeout. A request goes out at most three times (a
+//! hedge, then one more if both stall), not while the store throttles (a request backing
+//! off after 503 SlowDown is not lost), and stall hedges in flight are bounded.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -48,8 +49,36 @@ impl Default for Hedge {
 }
 
 impl Hedge {
+    /// Refuse settings that would hedge everything at once or overflow a duration.
+    pub fn validate(&self) -> Result<(), String> {
+        let share = |v: f64| v.is_finite() && (0.0..=1.0).contains(&v);
+        if !share(self.quantile) {
+            return Err(format!("quantile {} is not between 0 and 1", self.quantile));
+        }
+        if !share(self.budget) {
+            return Err(format!("budget {} is not between 0 and 1", self.budget));
+        }
+        if !(self.stall_factor.is_finite() && (0.0..=1000.0).contains(&self.stall_factor)) {
+            return Err(format!(
+                "stall_factor {} is not between 0 (off) and 1000",
+                self.stall_factor
+            ));
+        }
+        if self.stall_factor > 0.0 && self.min_stall < Duration::from_millis(10) {
+            return Err(format!(
+                "min_stall {:?} is under 10 ms: every request would be sent again at once",
+                self.min_stall
+            ));
+        }
+        if self.min_stall > Duration::from_secs(3600) || self.min_delay > Duration::from_secs(3600)
+        {
+            return Err("min_stall and min_delay must be under an hour".into());
+        }
+        Ok(())
+    }
+
     /// Stalls only: no request is sent again for being in the tail, only a stalled one
-    /// ([`Hedge::stall_factor`]), once per stall. The engine's default: it costs a request
+    /// ([`Hedge::stall_factor`]), once per stall (twice if the first repeat stalls too). The engine's default: it costs a request
     /// per lost response and rescues each from the attempt timeout (an epoch of 2,000
     /// objects with 2% of responses black-holed: 3 s instead of 90, BENCHMARKS.md).
     pub fn stalls_only() -> Self {
@@ -130,6 +159,12 @@ impl Hedger {
             us => Duration::from_micros(us),
         };
         Some(base.mul_f64(factor).max(self.config.min_stall))
+    }
+
+    /// How long a stall that may not be sent again now (the store throttles, or enough
+    /// hedges are out) waits before it is looked at again.
+    pub(crate) fn pause(&self) -> Duration {
+        self.config.min_stall.max(Duration::from_millis(10))
     }
 
     /// How long a request waiting for its stall threshold sleeps before looking at it again:
@@ -237,6 +272,36 @@ mod tests {
             ..Hedge::default()
         });
         assert_eq!(off.stall_after(), None);
+    }
+
+    #[test]
+    fn settings_that_would_hedge_everything_are_refused() {
+        assert!(Hedge::default().validate().is_ok());
+        assert!(Hedge::stalls_only().validate().is_ok());
+        for bad in [
+            Hedge {
+                stall_factor: f64::INFINITY,
+                ..Hedge::default()
+            },
+            Hedge {
+                stall_factor: 1e12,
+                ..Hedge::default()
+            },
+            Hedge {
+                min_stall: Duration::ZERO,
+                ..Hedge::default()
+            },
+            Hedge {
+                quantile: 1.5,
+                ..Hedge::default()
+            },
+            Hedge {
+                budget: -0.1,
+                ..Hedge::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

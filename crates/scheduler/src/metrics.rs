@@ -52,6 +52,7 @@ pub struct Metrics {
     hedges_sent: AtomicU64,
     hedges_won: AtomicU64,
     stalls_hedged: AtomicU64,
+    hedges_in_flight: AtomicUsize,
     /// What the store's layers saw and hid (retries, throttling answers they retried).
     pub(crate) tally: std::sync::Arc<RequestTally>,
 }
@@ -217,6 +218,7 @@ impl Metrics {
             hedges_sent: AtomicU64::new(0),
             hedges_won: AtomicU64::new(0),
             stalls_hedged: AtomicU64::new(0),
+            hedges_in_flight: AtomicUsize::new(0),
             tally: std::sync::Arc::default(),
         }
     }
@@ -293,8 +295,14 @@ impl Metrics {
     /// A hedge is in flight until the guard drops; its latency is not a fetch's.
     pub(crate) fn hedge_started(&self) -> HedgeInFlight<'_> {
         self.hedges_sent.fetch_add(1, Ordering::Relaxed);
+        self.hedges_in_flight.fetch_add(1, Ordering::Relaxed);
         self.took_off();
         HedgeInFlight { metrics: self }
+    }
+
+    /// Hedges in flight now.
+    pub(crate) fn hedges_in_flight(&self) -> usize {
+        self.hedges_in_flight.load(Ordering::Relaxed)
     }
 
     /// A stalled request is about to be sent again.
@@ -473,6 +481,9 @@ pub(crate) struct HedgeInFlight<'a> {
 impl Drop for HedgeInFlight<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics
+            .hedges_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 

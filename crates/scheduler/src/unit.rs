@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use loader_storage::tally::counted;
+use loader_storage::tally::counted_as;
 use loader_storage::{DynStorage, Error, ErrorKind};
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
@@ -154,8 +154,13 @@ impl Unit {
     }
 
     /// The request, once; `fetch` learns if a cache answered it.
-    async fn request(&self, cx: &FetchContext, fetch: &InFlight<'_>) -> Result<Bytes, Error> {
-        let (answer, met) = counted(Arc::clone(&cx.metrics.tally), async {
+    async fn request(
+        &self,
+        cx: &FetchContext,
+        fetch: &InFlight<'_>,
+        repeat: bool,
+    ) -> Result<Bytes, Error> {
+        let (answer, met) = counted_as(Arc::clone(&cx.metrics.tally), repeat, async {
             match &self.range {
                 Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
                 None => cx.storage.get(&self.key).await,
@@ -168,13 +173,13 @@ impl Unit {
         answer
     }
 
-    /// The request, sent again when it is slower than the hedge delay and the budget allows;
-    /// the first answer wins, and dropping the other cancels it. A hedge takes no slot of
-    /// the in-flight limit (the budget bounds hedges): behind a saturated limit, a stalled
-    /// request would otherwise never be hedged.
+    /// The request, sent again when it is in the tail (within the budget) or has stalled;
+    /// the first answer wins, and dropping the others cancels them. A hedge takes no slot
+    /// of the in-flight limit (the budget and a cap of stall hedges in flight bound them):
+    /// behind a saturated limit, a stalled request would otherwise never be hedged.
     async fn hedged(&self, cx: &FetchContext, fetch: &InFlight<'_>) -> Result<Bytes, Error> {
         match &cx.hedger {
-            None => self.request(cx, fetch).await,
+            None => self.request(cx, fetch, false).await,
             // Boxed: inline, the race's timer and second request would triple the size of
             // every item's future, hedged or not, and each is moved and allocated per item.
             Some(hedger) => Box::pin(self.race(cx, hedger, fetch)).await,
@@ -191,13 +196,14 @@ impl Unit {
         use std::time::Instant;
 
         hedger.sent();
+        let throttled = cx.metrics.throttled();
         // Up to three requests for the same bytes: the first; a hedge when it is in the tail
         // (after the quantile, within the budget; looked at once) or has stalled (many
-        // times the p99, whatever the budget); and, after a tail hedge, one more if both
-        // stall. The first answer wins; dropping the others cancels them. Until a hedge
+        // times the p99, whatever the budget, unless the store throttles); and one more
+        // if both stall. The first answer wins; dropping the others cancels them. Until a hedge
         // goes out only the first is polled, with a timer: the common case allocates
         // nothing more.
-        let first = self.request(cx, fetch);
+        let first = self.request(cx, fetch, false);
         tokio::pin!(first);
         // When each request went out (no allocation: at most three).
         let mut times = [fetch.started(); 3];
@@ -205,7 +211,7 @@ impl Unit {
         let mut tail_looked = false;
         // The first request alone until a hedge is due.
         loop {
-            match self.next_hedge(cx, hedger, &times[..count], &mut tail_looked) {
+            match self.next_hedge(cx, hedger, &times[..count], throttled, &mut tail_looked) {
                 Next::Send => break,
                 Next::Look => continue,
                 Next::Wait(wait) => tokio::select! {
@@ -229,19 +235,20 @@ impl Unit {
                 requests.push(
                     async move {
                         let _in_flight = cx.metrics.hedge_started();
-                        (tag, self.request(cx, fetch).await)
+                        (tag, self.request(cx, fetch, true).await)
                     }
                     .boxed(),
                 );
             }
-            let wait = match self.next_hedge(cx, hedger, &times[..count], &mut tail_looked) {
-                Next::Send => {
-                    send = true;
-                    continue;
-                }
-                Next::Look => continue,
-                Next::Wait(wait) => wait,
-            };
+            let wait =
+                match self.next_hedge(cx, hedger, &times[..count], throttled, &mut tail_looked) {
+                    Next::Send => {
+                        send = true;
+                        continue;
+                    }
+                    Next::Look => continue,
+                    Next::Wait(wait) => wait,
+                };
             tokio::select! {
                 answered = requests.next() => match answered {
                     Some((tag, Ok(bytes))) => break Ok((tag, bytes)),
@@ -295,6 +302,7 @@ impl Unit {
         cx: &FetchContext,
         hedger: &Hedger,
         sent: &[std::time::Instant],
+        throttled: u64,
         tail_looked: &mut bool,
     ) -> Next {
         let Some(&last) = sent.last() else {
@@ -328,6 +336,13 @@ impl Unit {
             });
         }
         if is_stall {
+            // A store that throttles keeps requests waiting in backoff, not lost: more of
+            // them would only add to its load. And a burst of stalls (a hung mount, a
+            // network cut) sends a bounded number again at a time.
+            let cap = (cx.metrics.in_flight_limit() / 8).max(MIN_STALL_HEDGES);
+            if cx.metrics.throttled() > throttled || cx.metrics.hedges_in_flight() >= cap {
+                return Next::Wait(hedger.pause());
+            }
             // Not tail: a lost response or a dead connection.
             cx.metrics.stall_hedged();
             return Next::Send;
@@ -375,6 +390,9 @@ impl Unit {
         Ok(bytes.slice(from as usize..to as usize))
     }
 }
+
+/// Stall hedges in flight allowed at least (more under a high in-flight limit: an eighth).
+const MIN_STALL_HEDGES: usize = 64;
 
 /// What a race of requests does next.
 enum Next {

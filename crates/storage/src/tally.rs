@@ -53,6 +53,8 @@ impl RequestTally {
 struct Scope {
     tally: Arc<RequestTally>,
     cached: Cell<bool>,
+    /// It asks again for what a request under way asks for (a hedge).
+    repeat: bool,
 }
 
 tokio::task_local! {
@@ -61,10 +63,21 @@ tokio::task_local! {
 
 /// Run `request` with what layers see counted into `tally`; also what it met alone.
 pub async fn counted<F: Future>(tally: Arc<RequestTally>, request: F) -> (F::Output, Met) {
+    counted_as(tally, false, request).await
+}
+
+/// [`counted`], for a request that asks again for what another under way asks for (a
+/// hedge): a layer that would join that one ([`is_repeat`]) asks the store anew instead.
+pub async fn counted_as<F: Future>(
+    tally: Arc<RequestTally>,
+    repeat: bool,
+    request: F,
+) -> (F::Output, Met) {
     let scoped = SCOPE.scope(
         Scope {
             tally,
             cached: Cell::new(false),
+            repeat,
         },
         request,
     );
@@ -72,6 +85,12 @@ pub async fn counted<F: Future>(tally: Arc<RequestTally>, request: F) -> (F::Out
     let output = (&mut scoped).await;
     let cached = scoped.take_value().is_some_and(|s| s.cached.get());
     (output, Met { cached })
+}
+
+/// Whether the request running in this task repeats one under way ([`counted_as`]): a
+/// cache must not hand it the answer of the request it is meant to overtake.
+pub fn is_repeat() -> bool {
+    SCOPE.try_with(|scope| scope.repeat).unwrap_or(false)
 }
 
 /// Count `seen` for the request running in this task, if it runs inside [`counted`].

@@ -255,6 +255,80 @@ fn a_damaged_file_read_by_racing_readers_is_counted_once() {
     });
 }
 
+/// A store whose first read never answers (a response lost by the network).
+#[derive(Debug)]
+struct FirstReadLost {
+    inner: DynStorage,
+    lost: AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Storage for FirstReadLost {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn get(&self, key: &str) -> loader_storage::Result<bytes::Bytes> {
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        self.inner.get(key).await
+    }
+    async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> loader_storage::Result<bytes::Bytes> {
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        self.inner.get_range(key, range).await
+    }
+    async fn head(&self, key: &str) -> loader_storage::Result<loader_storage::ObjectMeta> {
+        self.inner.head(key).await
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> futures::stream::BoxStream<'a, loader_storage::Result<loader_storage::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+}
+
+// Issue 25, review: the cache serves concurrent reads of one entry with one request, so a
+// hedge sent for a lost response joined that very request and waited with it.
+#[test]
+fn a_hedge_is_not_joined_to_the_stalled_request_it_overtakes() {
+    no_hang("a hedge through the cache", || {
+        let data = tempfile::tempdir().unwrap();
+        let keys = objects(data.path(), 1, 5000);
+        rt().block_on(async {
+            let store = Arc::new(
+                FirstReadLost {
+                    inner: local(data.path()),
+                    lost: AtomicBool::new(false),
+                }
+                .with_cache(CacheConfig {
+                    dir: None,
+                    memory_bytes: 1 << 20,
+                    ..CacheConfig::default()
+                })
+                .unwrap(),
+            );
+            let tally = Arc::new(loader_storage::tally::RequestTally::default());
+            let lost = {
+                let (store, key) = (Arc::clone(&store), keys[0].clone());
+                tokio::spawn(async move { store.get_range(&key, 0..4000).await })
+            };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (hedge, _) =
+                loader_storage::tally::counted_as(tally, true, store.get_range(&keys[0], 0..4000))
+                    .await;
+            assert_eq!(hedge.unwrap(), bytes_of(0, 5000)[..4000]);
+            lost.abort();
+        });
+    });
+}
+
 #[test]
 fn many_concurrent_readers_of_one_key_make_one_request() {
     no_hang("single flight", || {

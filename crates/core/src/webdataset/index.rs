@@ -40,9 +40,12 @@ impl ShardIndex {
     /// rewritten at the same size would keep its old labels), so the index is not fresh
     /// and the shard is scanned again.
     pub fn is_fresh_for(&self, meta: &ObjectMeta) -> bool {
+        // ETags compared without quotes or weak mark: indexes written before versions were
+        // kept so still match their shard.
+        let bare = |v: &str| v.trim_start_matches("W/").trim_matches('"').to_owned();
         self.format == INDEX_FORMAT
             && self.size == meta.size
-            && matches!((&self.version, &meta.version), (Some(a), Some(b)) if a == b)
+            && matches!((&self.version, &meta.version), (Some(a), Some(b)) if bare(a) == bare(b))
     }
 
     /// Parse an index file; `None` if it is not one of ours.

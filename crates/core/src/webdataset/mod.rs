@@ -237,6 +237,10 @@ impl WebDataset {
                     return None;
                 }
                 let index = self.index_cancellable(store, &meta, cancel).await;
+                if index.is_err() {
+                    // At once: the stream yields in order, after the scans before this one.
+                    cancel.store(true, Ordering::Release);
+                }
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if let Some(progress) = &self.progress {
                     progress(n, total);

@@ -168,6 +168,16 @@ def _process_group() -> tuple[int, int] | None:
     return dist.get_rank(), dist.get_world_size()
 
 
+def _env_world_size() -> int:
+    """``WORLD_SIZE`` (torchrun) or ``SLURM_NTASKS``, else 1."""
+    for name in ("WORLD_SIZE", "SLURM_NTASKS"):
+        try:
+            return max(1, int(os.environ[name]))
+        except (KeyError, ValueError):
+            continue
+    return 1
+
+
 def _torch_worker() -> Any:
     """torch's ``get_worker_info()`` when this runs in a torch DataLoader worker."""
     data = sys.modules.get("torch.utils.data")
@@ -286,14 +296,19 @@ class DataLoader:
         elif transform is not None:
             steps = _steps(transform)
         worker = _torch_worker()
-        if worker is not None and worker.num_workers > 1 and rank is None \
-                and world_size is None:
-            raise ConfigError(
-                f"made inside worker {worker.id} of {worker.num_workers} of a torch "
-                "DataLoader: each worker would read the whole dataset, delivering every "
-                "sample once per worker. Iterate this loader directly (it fetches and "
-                "decodes on threads of its own), use num_workers=0, or give rank= and "
-                "world_size= for the split you want")
+        if worker is not None and worker.num_workers > 1:
+            # Each worker reads its rank's share: unless the share is split by worker too
+            # (a world of workers x ranks), every sample would come once per worker.
+            group = _process_group()
+            ranks = group[1] if group is not None else _env_world_size()
+            if world_size is None or world_size < worker.num_workers * ranks:
+                raise ConfigError(
+                    f"made inside worker {worker.id} of {worker.num_workers} of a torch "
+                    "DataLoader: each worker would read the same share, delivering every "
+                    "sample once per worker. Iterate this loader directly (it fetches and "
+                    "decodes on threads of its own), use num_workers=0, or give rank= and "
+                    "world_size= that split by worker too (world_size = num_workers x "
+                    "ranks)")
         # Ranks: as given, else torch.distributed's process group, else the environment
         # (RANK/WORLD_SIZE, SLURM's), which the native side reads.
         self._ranks_from = "given"

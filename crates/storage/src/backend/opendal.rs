@@ -144,12 +144,21 @@ fn runs_past_end(err: &::opendal::Error) -> bool {
         || (err.kind() == OdKind::Unexpected && err.to_string().contains("too little data"))
 }
 
+/// An object's version: its ETag without quotes or weak mark (as the object_store backend
+/// keeps it), else the service's version id.
+fn version_of(meta: &::opendal::Metadata) -> Option<String> {
+    meta.etag()
+        .map(|tag| tag.trim_start_matches("W/").trim_matches('"').to_owned())
+        .or_else(|| meta.version().map(str::to_owned))
+}
+
 fn map_error(backend: &str, key: &str, err: ::opendal::Error) -> Error {
     let kind = match err.kind() {
         OdKind::NotFound | OdKind::IsADirectory | OdKind::NotADirectory => ErrorKind::NotFound,
         OdKind::PermissionDenied => ErrorKind::PermissionDenied,
         OdKind::Unsupported => ErrorKind::Unsupported,
         OdKind::RateLimited => ErrorKind::Throttled,
+        OdKind::ConfigInvalid => ErrorKind::Config,
         _ if err.is_temporary() => ErrorKind::Transient,
         _ => ErrorKind::Other,
     };
@@ -181,7 +190,8 @@ impl Storage for OpendalStore {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| match e.downcast::<::opendal::Error>() {
                 Ok(e) => map_error(&self.name, key, e),
-                Err(e) => Error::new(ErrorKind::Transient, &self.name, key, "").with_source(e),
+                Err(e) => Error::new(ErrorKind::Transient, &self.name, key, "")
+                    .with_source(crate::redact::Redacted::of(&e)),
             })?;
             total += chunk.len() as u64;
             if total > max {
@@ -253,7 +263,7 @@ impl Storage for OpendalStore {
         Ok(ObjectMeta {
             key: key.to_owned(),
             size: meta.content_length(),
-            version: meta.etag().or(meta.version()).map(str::to_owned),
+            version: version_of(&meta),
         })
     }
 
@@ -286,7 +296,7 @@ impl Storage for OpendalStore {
             Ok((!meta.is_dir()).then(|| ObjectMeta {
                 key: entry.path().to_owned(),
                 size: meta.content_length(),
-                version: meta.etag().or(meta.version()).map(str::to_owned),
+                version: version_of(meta),
             }))
         })
         .boxed()

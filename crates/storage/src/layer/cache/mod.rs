@@ -64,6 +64,9 @@ pub const DEFAULT_BLOCK_BYTES: u64 = 1 << 20;
 /// written (memory stays bounded when the disk is slower than the network).
 const MAX_PENDING_WRITE_BYTES: u64 = 256 << 20;
 
+/// Reads of an object that changed under them, made again at most this many times.
+const CHANGED_ATTEMPTS: usize = 3;
+
 /// Announced reads are added to the plan this many at a time, releasing the lock between.
 const ANNOUNCE_SLICE: usize = 4096;
 
@@ -618,9 +621,12 @@ impl Shared {
     fn forget_object(&self, key: &str, size: u64) {
         let units = std::iter::once(Unit::Whole)
             .chain(blocks_of(&(0..size), self.block_bytes).map(Unit::Block));
+        let mut flights = lock(&self.flights);
         let mut state = lock(&self.state);
         for unit in units {
             let id = entry_id(key, unit);
+            // A fetch under way for the old version is not joined by the reads of the new.
+            flights.remove(&id);
             state.memory.remove(id);
             if state.disk.remove(id).is_some()
                 && let Some(w) = &self.writer
@@ -763,10 +769,13 @@ impl<S: Storage + 'static> CacheStore<S> {
         origin: Option<&Origin>,
     ) -> Result<Vec<Bytes>> {
         let block = self.shared().block_bytes;
+        // A hedge is sent because the request under way seems lost: joining that one's
+        // flight would wait for it. It fetches on its own, and lets later readers join it.
+        let repeat = tally::is_repeat();
         let waits: Vec<Wait> = {
             let mut flights = lock(&self.shared().flights);
             let free: Vec<usize> = (0..units.len())
-                .filter(|&i| !flights.contains_key(&units[i].0))
+                .filter(|&i| repeat || !flights.contains_key(&units[i].0))
                 .collect();
             // A flight stores its entries before it leaves the map: one that landed since
             // the caller looked is in a tier now, and is not fetched again.
@@ -890,7 +899,17 @@ impl<S: Storage + 'static> CacheStore<S> {
             let Some(shared) = weak.upgrade() else {
                 return result;
             };
-            if let Ok(bytes) = &result {
+            // Fetched for a version the cache has since let go (the object changed while
+            // this was under way): answered, but not kept beside the new version's blocks.
+            let current = origin.as_ref().is_none_or(|o| {
+                lock(&shared.state)
+                    .known
+                    .get(&key)
+                    .is_none_or(|known| known.version == o.version)
+            });
+            if let Ok(bytes) = &result
+                && current
+            {
                 Counters::add(&shared.counters.bytes_fetched, bytes.len() as u64);
                 let start = match first {
                     Unit::Block(a) => a * block,
@@ -990,25 +1009,29 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let (origin, asked) = self.origin(key).await?;
-        match self
-            .read_range(key, range.clone(), origin.clone(), asked)
-            .await
-        {
-            Err(e) if e.kind() == ErrorKind::Changed => {
-                // Rewritten since it was listed: its entries of the old version go, and the
-                // read is made again of the version the store has now, whole.
-                let fresh = self.adopt_new_version(key, origin.as_ref()).await?;
-                if origin.as_ref().map(|o| &o.version) == Some(&fresh.version) {
-                    // The store's HEAD still names the version its GET denied: it names
-                    // versions differently (a gateway's weak ETags, say). Read this object
-                    // unchecked from now on rather than never.
-                    lock(&self.shared().state).unchecked.insert(key.to_owned());
+        let (mut origin, mut asked) = self.origin(key).await?;
+        // Rewritten since it was listed: its entries of the old version go, and the read is
+        // made again of the version the store has now, whole. A few times at most: an
+        // object rewritten without pause is an error, not a loop.
+        for _ in 0..CHANGED_ATTEMPTS {
+            match self
+                .read_range(key, range.clone(), origin.clone(), asked)
+                .await
+            {
+                Err(e) if e.kind() == ErrorKind::Changed => {
+                    let fresh = self.adopt_new_version(key, origin.as_ref()).await?;
+                    if origin.as_ref().map(|o| &o.version) == Some(&fresh.version) {
+                        // The store's HEAD still names the version its GET denied: it
+                        // names versions differently (a gateway's weak ETags, say). Read
+                        // this object unchecked from now on rather than never.
+                        lock(&self.shared().state).unchecked.insert(key.to_owned());
+                    }
+                    (origin, asked) = (Some(fresh), true);
                 }
-                self.read_range(key, range, Some(fresh), true).await
+                other => return other,
             }
-            other => other,
         }
+        self.read_range(key, range, origin, asked).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
