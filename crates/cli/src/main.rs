@@ -57,6 +57,11 @@ pub fn cache_dir() -> PathBuf {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Every request in flight holds a socket, and the adaptive limit stops at half the soft
+    // limit of open files: a default `ulimit -n` of 1,024 would hold it under what 500 ms
+    // of latency needs. The command owns its process, so it takes what the hard limit
+    // allows, as Go programs do.
+    loader_core::scheduler::raise_open_files_limit();
     let result = match cli.command {
         Command::Gen(args) => gen_data::main(args),
         Command::Index(args) => index::main(args),

@@ -12,8 +12,10 @@
 //! latency measured without the answers a cache gave) while they go on, and growth waits for
 //! half a second of quiet; after a cut it grows by a quarter as fast, probing gently. A limit
 //! used less than half for five seconds is lowered to twice the use, so memory follows the
-//! need. It never leaves `[MIN_LIMIT, bound]`, the bound being the cap and the byte budget
-//! over the mean request.
+//! need. It never leaves `[MIN_LIMIT, bound]`, the bound being the cap, the byte budget
+//! over the mean request, and half the process's open-files limit: every request in flight
+//! holds a socket, and past that limit connects fail with EMFILE (a default `ulimit -n` of
+//! 1,024 is below what 500 ms of latency needs; the summary says so when it binds).
 
 use std::fmt;
 use std::sync::Arc;
@@ -64,6 +66,9 @@ pub enum LimitReason {
     Unused,
     /// Held at the cap or at the byte budget over the mean request size.
     Bound,
+    /// Held at half the process's open-files limit (`ulimit -n`): each request in flight
+    /// holds a socket, and past the limit new connections fail.
+    OpenFiles,
 }
 
 impl fmt::Display for LimitReason {
@@ -75,6 +80,9 @@ impl fmt::Display for LimitReason {
             LimitReason::Errors => "errors rose",
             LimitReason::Unused => "far under the limit",
             LimitReason::Bound => "at the cap or the byte budget",
+            LimitReason::OpenFiles => {
+                "at half the open-files limit; raise `ulimit -n` for more in flight"
+            }
         })
     }
 }
@@ -128,6 +136,8 @@ pub(crate) struct Controller {
     hold: f64,
     unused: u32,
     used: usize,
+    /// Half the process's open-files limit, when it has one.
+    open_files: Option<usize>,
 }
 
 impl Controller {
@@ -147,25 +157,42 @@ impl Controller {
             hold: 0.0,
             unused: 0,
             used: 0,
+            open_files: None,
         }
+    }
+
+    /// Also never above `limit` requests, for the open files they hold (see
+    /// [`crate::open_files::bound`]).
+    pub(crate) fn with_open_files(mut self, limit: Option<usize>) -> Self {
+        if let Some(limit) = limit {
+            let limit = limit.max(MIN_LIMIT);
+            self.open_files = Some(limit);
+            self.limit = self.limit.min(limit);
+        }
+        self
     }
 
     pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
-    /// The highest limit allowed now: the cap, and the byte budget over the mean request.
-    fn bound(&self, mean_bytes: u64) -> usize {
+    /// The highest limit allowed now, and what sets it: the cap, the byte budget over the
+    /// mean request, or the open files.
+    fn bound(&self, mean_bytes: u64) -> (usize, LimitReason) {
         let by_bytes = match mean_bytes {
             0 => usize::MAX,
             mean => usize::try_from(self.max_bytes / mean).unwrap_or(usize::MAX),
         };
-        self.cap.min(by_bytes).max(MIN_LIMIT.min(self.cap))
+        let bound = self.cap.min(by_bytes).max(MIN_LIMIT.min(self.cap));
+        match self.open_files {
+            Some(files) if files < bound => (files, LimitReason::OpenFiles),
+            _ => (bound, LimitReason::Bound),
+        }
     }
 
     /// Take one tick's observations; the new limit and why, if it changed.
     pub(crate) fn tick(&mut self, t: Tick) -> Option<(usize, LimitReason)> {
-        let bound = self.bound(t.mean_bytes);
+        let (bound, bound_reason) = self.bound(t.mean_bytes);
         self.cpu_busy += SMOOTHING * (t.cpu_busy.clamp(0.0, 1.0) - self.cpu_busy);
         self.since_cut = self.since_cut.saturating_add(1);
         self.done += SMOOTHING * (t.completed as f64 - self.done);
@@ -197,7 +224,7 @@ impl Controller {
         }
         self.quiet = self.quiet.saturating_add(1);
         if self.limit > bound {
-            return self.set(bound, LimitReason::Bound);
+            return self.set(bound, bound_reason);
         }
         let cpu_has_room =
             self.cpu_busy < CPU_FULL || t.cpu_backlog < BACKLOG_PER_THREAD * self.cpu_threads;
@@ -220,7 +247,11 @@ impl Controller {
             if let Some(needed) = needed.filter(|_| self.slow_start) {
                 next = next.max(needed.min(self.limit.saturating_mul(4)));
             }
-            return self.set(next.min(bound), LimitReason::Starved);
+            return if next >= bound {
+                self.set(bound, bound_reason)
+            } else {
+                self.set(next, LimitReason::Starved)
+            };
         }
         if t.in_flight * 2 < self.limit && self.limit > START_LIMIT {
             self.used = if self.unused == 0 {
@@ -525,6 +556,31 @@ mod tests {
         let trace = run(&mut sim, &mut by_bytes, 300);
         assert!(trace.iter().all(|(l, _)| *l <= 1_000));
         assert_eq!(trace[299].0, 1_000);
+    }
+
+    #[test]
+    fn never_passes_half_the_open_files_limit_and_says_so() {
+        // 10 ticks of latency and a CPU that would take 10,000 in flight; a process allowed
+        // 1,024 open files (a common default) gets 512 requests at most, and the reason.
+        let mut sim = Sim::new(10, 1_000);
+        let mut c = Controller::new(100_000, 1 << 40, 8).with_open_files(Some(512));
+        let mut reasons = Vec::new();
+        for _ in 0..300 {
+            let (_, tick) = sim.step(c.limit());
+            if let Some((_, reason)) = c.tick(tick) {
+                reasons.push(reason);
+            }
+            assert!(c.limit() <= 512, "limit {}", c.limit());
+        }
+        assert_eq!(c.limit(), 512);
+        assert_eq!(reasons.last(), Some(&LimitReason::OpenFiles));
+        // A limit under the start is honoured from the start.
+        assert_eq!(
+            Controller::new(100_000, 1 << 40, 8)
+                .with_open_files(Some(50))
+                .limit(),
+            50
+        );
     }
 
     #[test]

@@ -119,7 +119,8 @@ impl<T: Send + 'static> Engine<T> {
         let slots = Arc::clone(&shared.fetch.slots);
         let driver = Driver::new(shared, strategy, config, out_tx, results_rx, decoded);
         let control = adaptive_cap.map(|cap| {
-            let controller = Controller::new(cap, config.max_buffered_bytes, pool_size);
+            let controller = Controller::new(cap, config.max_buffered_bytes, pool_size)
+                .with_open_files(crate::open_files::bound());
             let task = control::run(
                 controller,
                 slots,

@@ -50,6 +50,7 @@ mod engine;
 mod hedge;
 mod item;
 mod metrics;
+mod open_files;
 mod pool;
 mod slots;
 mod strategy;
@@ -69,4 +70,5 @@ pub use item::{
     StageError, WorkItem,
 };
 pub use metrics::{Metrics, StageSummary, Summary, process_cpu_time};
+pub use open_files::raise_open_files_limit;
 pub use trace::Trace;

@@ -555,6 +555,9 @@ impl Summary {
                 (true, false) if self.in_flight_limit >= self.max_in_flight => {
                     "the adaptive limit is at its cap; raise the cap".to_string()
                 }
+                (true, false) if self.limit_reason == LimitReason::OpenFiles => {
+                    format!("the adaptive limit is held {}", self.limit_reason)
+                }
                 (true, false) => format!("the adaptive limit is growing ({})", self.limit_reason),
                 (false, _) => "raise the in-flight limit".to_string(),
             };
