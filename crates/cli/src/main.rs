@@ -61,7 +61,7 @@ fn main() -> ExitCode {
     // limit of open files: a default `ulimit -n` of 1,024 would hold it under what 500 ms
     // of latency needs. The command owns its process, so it takes what the hard limit
     // allows, as Go programs do.
-    loader_core::scheduler::raise_open_files_limit();
+    loader_core::storage::raise_open_files_limit();
     let result = match cli.command {
         Command::Gen(args) => gen_data::main(args),
         Command::Index(args) => index::main(args),

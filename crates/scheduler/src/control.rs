@@ -144,7 +144,7 @@ impl Controller {
     /// A loop under `cap` requests and `max_bytes` of fetched bytes, before `cpu_threads`.
     pub(crate) fn new(cap: usize, max_bytes: u64, cpu_threads: usize) -> Self {
         Self {
-            limit: START_LIMIT.min(cap).max(1),
+            limit: start_limit(cap, None),
             cap: cap.max(1),
             max_bytes,
             cpu_threads: cpu_threads.max(1),
@@ -162,13 +162,10 @@ impl Controller {
     }
 
     /// Also never above `limit` requests, for the open files they hold (see
-    /// [`crate::open_files::bound`]).
+    /// [`open_files_bound`]).
     pub(crate) fn with_open_files(mut self, limit: Option<usize>) -> Self {
-        if let Some(limit) = limit {
-            let limit = limit.max(MIN_LIMIT);
-            self.open_files = Some(limit);
-            self.limit = self.limit.min(limit);
-        }
+        self.open_files = limit.map(|limit| limit.max(MIN_LIMIT));
+        self.limit = start_limit(self.cap, limit);
         self
     }
 
@@ -293,6 +290,20 @@ fn smooth(smoothed: &mut f64, tick: f64) {
             *smoothed + SMOOTHING * (tick - *smoothed)
         };
     }
+}
+
+/// The limit a run starts with: [`START_LIMIT`], under the cap and the open-files bound.
+/// The strategy sizes the slots and the item window with it, the controller starts from it.
+pub(crate) fn start_limit(cap: usize, open_files: Option<usize>) -> usize {
+    let files = open_files.map_or(usize::MAX, |files| files.max(MIN_LIMIT));
+    START_LIMIT.min(cap).min(files).max(1)
+}
+
+/// Half this process's soft limit of open files (`ulimit -n`): the most requests the
+/// adaptive limit lets fly, the rest being the process's own (the training framework, the
+/// cache's files, a Python interpreter). `None` where there is no finite limit.
+pub(crate) fn open_files_bound() -> Option<usize> {
+    loader_storage::open_files_limit().map(|soft| usize::try_from(soft / 2).unwrap_or(usize::MAX))
 }
 
 /// Counters the loop takes differences of.

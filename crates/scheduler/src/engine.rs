@@ -80,7 +80,8 @@ impl<T: Send + 'static> Engine<T> {
     ) -> Result<Self, EngineError> {
         config.validate().map_err(EngineError::Config)?;
         let start_err = |what, source| EngineError::Start { what, source };
-        let strategy = strategy::<T>(config.fetch, config.decode_threads);
+        let open_files = crate::control::open_files_bound();
+        let strategy = strategy::<T>(config.fetch, config.decode_threads, open_files);
         let (pool_name, pool_size) = strategy.pool();
         let max_in_flight = strategy.max_in_flight();
         let adaptive_cap = strategy.adaptive_cap();
@@ -120,7 +121,7 @@ impl<T: Send + 'static> Engine<T> {
         let driver = Driver::new(shared, strategy, config, out_tx, results_rx, decoded);
         let control = adaptive_cap.map(|cap| {
             let controller = Controller::new(cap, config.max_buffered_bytes, pool_size)
-                .with_open_files(crate::open_files::bound());
+                .with_open_files(open_files);
             let task = control::run(
                 controller,
                 slots,

@@ -50,7 +50,6 @@ mod engine;
 mod hedge;
 mod item;
 mod metrics;
-mod open_files;
 mod pool;
 mod slots;
 mod strategy;
@@ -70,5 +69,4 @@ pub use item::{
     StageError, WorkItem,
 };
 pub use metrics::{Metrics, StageSummary, Summary, process_cpu_time};
-pub use open_files::raise_open_files_limit;
 pub use trace::Trace;

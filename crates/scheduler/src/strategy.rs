@@ -33,9 +33,11 @@ pub(crate) trait Strategy<T>: Send + Sync {
 }
 
 /// The strategy `fetch` names.
+/// An adaptive limit starts under `open_files` too ([`crate::control::open_files_bound`]).
 pub(crate) fn strategy<T: Send + 'static>(
     fetch: Fetch,
     decode_threads: usize,
+    open_files: Option<usize>,
 ) -> Box<dyn Strategy<T>> {
     match fetch {
         Fetch::Sequential { workers } => Box::new(Sequential { workers }),
@@ -46,7 +48,7 @@ pub(crate) fn strategy<T: Send + 'static>(
             cap: None,
         }),
         Fetch::Adaptive { max_in_flight } => Box::new(Async {
-            max_in_flight: crate::control::START_LIMIT.min(max_in_flight),
+            max_in_flight: crate::control::start_limit(max_in_flight, open_files),
             decode_threads,
             cap: Some(max_in_flight),
         }),

@@ -47,12 +47,14 @@ pub mod backend;
 mod error;
 mod key;
 pub mod layer;
+mod open_files;
 mod redact;
 pub mod tally;
 mod url;
 
 pub use error::{Error, ErrorKind, Result};
 pub use key::{MAX_KEY_LEN, check_key, check_prefix, key_problem};
+pub use open_files::{open_files_limit, raise_open_files_limit};
 pub use redact::{redact, redact_urls};
 pub use url::from_url;
 

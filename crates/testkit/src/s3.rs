@@ -37,21 +37,6 @@ impl fmt::Debug for S3Server {
     }
 }
 
-/// Raise this process's soft limit of open files to its hard limit: every request in
-/// flight holds a socket and a file here, and tests and benches keep thousands in flight.
-fn raise_open_files_limit() {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        let raised = rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        // Best effort: at the old limit the server still answers, with 503s.
-        let _ = setrlimit(Resource::Nofile, raised);
-    }
-}
-
 impl S3Server {
     /// Serve `root` on a free port.
     pub fn start(root: impl AsRef<Path>) -> io::Result<Self> {
@@ -70,7 +55,9 @@ impl S3Server {
     }
 
     fn start_with(root: impl AsRef<Path>, port: u16, read_only: bool) -> io::Result<Self> {
-        raise_open_files_limit();
+        // Every request in flight holds a socket and a file here, and tests and benches
+        // keep thousands in flight; at the old limit the server still answers, with 503s.
+        loader_storage::raise_open_files_limit();
         let mut rng = rand::rng();
         let access_key = format!(
             "LT{}",
