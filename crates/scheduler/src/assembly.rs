@@ -25,8 +25,28 @@ pub(crate) struct Assembly<T> {
     base: u64,
     /// `AsCompleted` order: results as they arrived.
     arrived: VecDeque<ItemResult<T>>,
-    /// (epoch, failures so far in it), for `Skip { max_failures }`.
-    pub(crate) failures: (u64, usize),
+    pub(crate) failures: EpochFailures,
+}
+
+/// Items that failed so far in the current epoch, for `Skip { max_failures }`.
+#[derive(Debug, Default)]
+pub(crate) struct EpochFailures {
+    epoch: Option<u64>,
+    count: usize,
+}
+
+impl EpochFailures {
+    /// Count `n` failures of `epoch` (a new epoch counts from zero); the epoch's total.
+    pub(crate) fn add(&mut self, epoch: u64, n: usize) -> usize {
+        if self.epoch != Some(epoch) {
+            *self = Self {
+                epoch: Some(epoch),
+                count: 0,
+            };
+        }
+        self.count += n;
+        self.count
+    }
 }
 
 impl<T> Default for Assembly<T> {
@@ -37,7 +57,7 @@ impl<T> Default for Assembly<T> {
             slots: VecDeque::new(),
             base: 0,
             arrived: VecDeque::new(),
-            failures: (u64::MAX, 0),
+            failures: EpochFailures::default(),
         }
     }
 }

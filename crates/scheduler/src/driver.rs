@@ -5,15 +5,17 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use crate::assembly::{Assembly, Pending};
+use crate::assembly::{Assembly, EpochFailures, Pending};
+use crate::coalesce::coalesce;
 use crate::config::{Config, ErrorPolicy, Order};
-use crate::engine::{Output, panic_message};
+use crate::decoded::Decoded;
 use crate::item::{BatchPlan, EngineError, RawBatch, SampleInfo};
+use crate::kept::KeptChunks;
+use crate::stage::{Output, panic_message};
 use crate::strategy::Strategy;
-use crate::unit::{KeptChunks, coalesce};
 use crate::work::{ItemResult, Job, Results, Shared};
 
 pub(crate) struct Driver<T> {
@@ -30,81 +32,6 @@ pub(crate) struct Driver<T> {
     /// The largest plan the window has been sized for so far.
     window_for: usize,
     decoded: Option<Decoded<T>>,
-}
-
-/// Decoded samples and finished batches not yet handed over, in bytes, against a bound.
-pub(crate) struct Decoded<T> {
-    weigh: crate::engine::Weigh<T>,
-    limit: u64,
-    held: Arc<std::sync::atomic::AtomicU64>,
-    released: Arc<tokio::sync::Notify>,
-    /// Items admitted whose results have not arrived: they will hold about the mean each.
-    coming: u64,
-    /// Samples weighed so far and their total weight, for the mean.
-    weighed: (u64, u64),
-}
-
-impl<T> Decoded<T> {
-    pub(crate) fn new(weigh: crate::engine::Weigh<T>, limit: u64) -> Self {
-        Self {
-            weigh,
-            limit,
-            held: Arc::default(),
-            released: Arc::default(),
-            coming: 0,
-            weighed: (0, 0),
-        }
-    }
-
-    /// Whether what is held, with what the admitted items will add, reaches the bound:
-    /// counting only what has arrived would let the item window admit batches whose samples
-    /// then land far over it.
-    fn over(&self) -> bool {
-        if self.weighed.0 == 0 {
-            // Nothing weighed yet, so nothing is known of what a sample holds (a Python
-            // transform's may be 64 MiB): one batch at a time until the first arrive.
-            return self.coming > 0;
-        }
-        let mean = self.weighed.1 / self.weighed.0;
-        self.held.load(std::sync::atomic::Ordering::Relaxed) + self.coming * mean >= self.limit
-    }
-
-    fn admitted(&mut self, items: usize) {
-        self.coming += items as u64;
-    }
-
-    fn arrived(&mut self, weight: Option<u64>) {
-        self.coming = self.coming.saturating_sub(1);
-        if let Some(bytes) = weight {
-            self.weighed = (self.weighed.0 + 1, self.weighed.1 + bytes);
-            self.held
-                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    fn share(&self, bytes: u64) -> DecodedShare {
-        DecodedShare {
-            bytes,
-            held: Arc::clone(&self.held),
-            released: Arc::clone(&self.released),
-        }
-    }
-}
-
-/// A batch's decoded bytes, counted against the bound until it is dropped.
-#[derive(Debug)]
-pub(crate) struct DecodedShare {
-    bytes: u64,
-    held: Arc<std::sync::atomic::AtomicU64>,
-    released: Arc<tokio::sync::Notify>,
-}
-
-impl Drop for DecodedShare {
-    fn drop(&mut self) {
-        self.held
-            .fetch_sub(self.bytes, std::sync::atomic::Ordering::Relaxed);
-        self.released.notify_one();
-    }
 }
 
 impl<T: Send + 'static> Driver<T> {
@@ -162,57 +89,25 @@ impl<T: Send + 'static> Driver<T> {
     }
 
     pub(crate) async fn run(mut self, plans: impl Iterator<Item = BatchPlan> + Send + 'static) {
-        let mut plans = Guarded { inner: Some(plans) }.peekable();
-        // A panic of the plan iterator (a sampler's bug): what was planned before it is
-        // delivered, then the error.
-        let mut planner_panic: Option<String> = None;
+        let mut run = Run {
+            plans: Guarded { inner: Some(plans) }.peekable(),
+            planner_panic: None,
+            tasks: JoinSet::new(),
+            asm: Assembly::default(),
+            kept: KeptChunks::default(),
+            next_seq: 0,
+            admitting: None,
+        };
         let window = Arc::clone(&self.window);
-        let mut tasks = JoinSet::new();
-        let mut asm = Assembly::default();
-        let mut kept = KeptChunks::default();
         let budget_short = Arc::clone(&self.shared.fetch.budget_short);
         let released = self.decoded.as_ref().map(|d| Arc::clone(&d.released));
-        let mut next_seq = 0u64;
-        // The plan being admitted and how many of its items are in.
-        let mut admitting: Option<(BatchPlan, usize)> = None;
-
         loop {
-            // Over the decoded-bytes bound, no new batch starts; the admitted ones complete
-            // (holding back their items could leave a batch waiting for ever).
-            let over = admitting.is_none()
-                && !asm.pending.is_empty()
-                && self.decoded.as_ref().is_some_and(Decoded::over);
-            if admitting.is_none() && !over {
-                let barrier = self.order == Order::AsCompleted
-                    && plans.peek().is_some_and(|next| {
-                        next.as_ref().is_ok_and(|next| {
-                            asm.pending.back().is_some_and(|p| p.epoch != next.epoch)
-                        })
-                    });
-                let next = if barrier || planner_panic.is_some() {
-                    None
-                } else {
-                    plans.next()
-                };
-                if let Some(Err(message)) = next {
-                    planner_panic = Some(message);
-                } else if let Some(Ok(mut plan)) = next {
-                    self.fit_window(plan.items.len());
-                    coalesce(&mut plan.items, self.coalesce.0, self.coalesce.1);
-                    if let Some(decoded) = &mut self.decoded {
-                        decoded.admitted(plan.items.len());
-                    }
-                    asm.pending.push_back(Pending {
-                        epoch: plan.epoch,
-                        position: plan.position,
-                        len: plan.items.len(),
-                        last_in_epoch: plan.last_in_epoch,
-                    });
-                    admitting = Some((plan, 0));
-                }
+            let over = self.over_bound(&run);
+            if run.admitting.is_none() && !over {
+                self.next_plan(&mut run);
             }
-            if admitting.is_none() && asm.pending.is_empty() {
-                if let Some(message) = planner_panic.take() {
+            if run.admitting.is_none() && run.asm.pending.is_empty() {
+                if let Some(message) = run.planner_panic.take() {
                     let error = EngineError::Panicked {
                         what: "the sampler or the plan of batches",
                         message,
@@ -220,98 +115,169 @@ impl<T: Send + 'static> Driver<T> {
                     let _ = self.out.send(Err(error)).await;
                     return;
                 }
-                if plans.peek().is_none() {
+                if run.plans.peek().is_none() {
                     return; // everything handed over
                 }
             }
-            let want = match &admitting {
+            let want = match &run.admitting {
                 Some((plan, _)) if self.strategy.whole_batches() => plan.items.len().max(1) as u32,
                 Some(_) => 1,
                 None => 0,
             };
-            tokio::select! {
+            let flow = tokio::select! {
                 biased;
-                Some(results) = self.results.recv() => {
-                    for (seq, result) in results {
-                        if let Some(decoded) = &mut self.decoded {
-                            let weight =
-                                result.as_ref().ok().map(|(_, v)| (decoded.weigh)(v) as u64);
-                            decoded.arrived(weight);
-                        }
-                        asm.put(self.order, seq, result);
-                    }
-                    while let Some((pending, items)) = asm.take_front(self.order) {
-                        let (n, position) = (pending.len, pending.position);
-                        let permits = asm.take_permits(n);
-                        let batch = self.assemble(pending, items, &mut asm.failures).map(|mut batch| {
-                            batch.permits = permits;
-                            batch
-                        });
-                        let stop = batch.is_err();
-                        // Backpressure: this waits while `prefetch` batches are queued;
-                        // fetch tasks and pool jobs go on meanwhile.
-                        if self.out.send(batch).await.is_err() || stop {
-                            return;
-                        }
-                        self.shared.fetch.metrics.batch_queued();
-                        if let Some(trace) = &self.shared.fetch.trace {
-                            trace.batch(position);
-                        }
-                    }
-                }
-                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                    // Fetch tasks (one per admitted run of items) catch their items' panics
-                    // and report them as the items' errors; one that escaped would leave
-                    // its batches waiting forever.
-                    if let Err(e) = joined
-                        && e.is_panic()
-                    {
-                        let error = EngineError::Panicked {
-                            what: "a fetch task",
-                            message: panic_message(&*e.into_panic()),
-                        };
-                        let _ = self.out.send(Err(error)).await;
-                        return;
-                    }
+                Some(results) = self.results.recv() => self.deliver(&mut run, results).await,
+                Some(joined) = run.tasks.join_next(), if !run.tasks.is_empty() => {
+                    self.task_ended(joined).await
                 }
                 // A fetch waits for the byte budget: chunks kept for later items give way.
-                () = budget_short.notified() => kept.clear(),
-                // A batch was handed over or dropped: below the bound again, perhaps.
-                () = async { if let Some(r) = &released { r.notified().await } }, if over => {}
-                permit = Arc::clone(&window).acquire_many_owned(want), if want > 0 => {
-                    let Ok(mut permit) = permit else { return };
-                    let Some((plan, at)) = admitting.as_mut() else {
-                        asm.permits.push_back(permit);
-                        continue;
-                    };
-                    let n = if self.strategy.whole_batches() {
-                        plan.items.len()
-                    } else {
-                        // The rest of the plan's items the window has room for now, in one
-                        // pass of this loop rather than one pass per item.
-                        let room = (plan.items.len() - *at - 1).min(window.available_permits());
-                        if let Ok(more) = Arc::clone(&window).try_acquire_many_owned(room as u32)
-                        {
-                            permit.merge(more);
-                        }
-                        permit.num_permits()
-                    };
-                    asm.permits.push_back(permit);
-                    let jobs: Vec<Job> = (*at..(*at + n).min(plan.items.len()))
-                        .map(|i| {
-                            let seq = next_seq;
-                            next_seq += 1;
-                            job(plan, i, seq, &mut kept)
-                        })
-                        .collect();
-                    *at += n;
-                    if *at >= plan.items.len() {
-                        admitting = None;
-                    }
-                    self.strategy.launch(&self.shared, jobs, &mut tasks);
+                () = budget_short.notified() => {
+                    run.kept.clear();
+                    Flow::Go
                 }
+                // A batch was handed over or dropped: below the bound again, perhaps.
+                () = async { if let Some(r) = &released { r.notified().await } }, if over => {
+                    Flow::Go
+                }
+                permit = Arc::clone(&window).acquire_many_owned(want), if want > 0 => {
+                    match permit {
+                        Ok(permit) => self.admit(&mut run, permit),
+                        Err(_) => Flow::Stop,
+                    }
+                }
+            };
+            if let Flow::Stop = flow {
+                return;
             }
         }
+    }
+
+    /// Over the decoded-bytes bound, no new batch starts; the admitted ones complete
+    /// (holding back their items could leave a batch waiting for ever).
+    fn over_bound<P: Iterator<Item = BatchPlan>>(&self, run: &Run<T, P>) -> bool {
+        run.admitting.is_none()
+            && !run.asm.pending.is_empty()
+            && self.decoded.as_ref().is_some_and(Decoded::over)
+    }
+
+    /// Take the next plan to admit, unless an `AsCompleted` epoch must first finish or the
+    /// planner has panicked.
+    fn next_plan<P: Iterator<Item = BatchPlan>>(&mut self, run: &mut Run<T, P>) {
+        let asm = &run.asm;
+        let barrier = self.order == Order::AsCompleted
+            && run.plans.peek().is_some_and(|next| {
+                next.as_ref()
+                    .is_ok_and(|next| asm.pending.back().is_some_and(|p| p.epoch != next.epoch))
+            });
+        if barrier || run.planner_panic.is_some() {
+            return;
+        }
+        match run.plans.next() {
+            Some(Err(message)) => run.planner_panic = Some(message),
+            Some(Ok(mut plan)) => {
+                self.fit_window(plan.items.len());
+                coalesce(&mut plan.items, self.coalesce.0, self.coalesce.1);
+                if let Some(decoded) = &mut self.decoded {
+                    decoded.admitted(plan.items.len());
+                }
+                run.asm.pending.push_back(Pending {
+                    epoch: plan.epoch,
+                    position: plan.position,
+                    len: plan.items.len(),
+                    last_in_epoch: plan.last_in_epoch,
+                });
+                run.admitting = Some((plan, 0));
+            }
+            None => {}
+        }
+    }
+
+    /// Put arrived results in place and hand over every batch they complete, in order.
+    async fn deliver<P: Iterator<Item = BatchPlan>>(
+        &mut self,
+        run: &mut Run<T, P>,
+        results: Results<T>,
+    ) -> Flow {
+        for (seq, result) in results {
+            if let Some(decoded) = &mut self.decoded {
+                let weight = result.as_ref().ok().map(|(_, v)| (decoded.weigh)(v) as u64);
+                decoded.arrived(weight);
+            }
+            run.asm.put(self.order, seq, result);
+        }
+        while let Some((pending, items)) = run.asm.take_front(self.order) {
+            let (n, position) = (pending.len, pending.position);
+            let permits = run.asm.take_permits(n);
+            let batch = self
+                .assemble(pending, items, &mut run.asm.failures)
+                .map(|mut batch| {
+                    batch.permits = permits;
+                    batch
+                });
+            let stop = batch.is_err();
+            // Backpressure: this waits while `prefetch` batches are queued; fetch tasks and
+            // pool jobs go on meanwhile.
+            if self.out.send(batch).await.is_err() || stop {
+                return Flow::Stop;
+            }
+            self.shared.fetch.metrics.batch_queued();
+            if let Some(trace) = &self.shared.fetch.trace {
+                trace.batch(position);
+            }
+        }
+        Flow::Go
+    }
+
+    /// A fetch task ended. They catch their items' panics and report them as the items'
+    /// errors; one that escaped would leave its batches waiting forever.
+    async fn task_ended(&self, joined: Result<(), tokio::task::JoinError>) -> Flow {
+        match joined {
+            Err(e) if e.is_panic() => {
+                let error = EngineError::Panicked {
+                    what: "a fetch task",
+                    message: panic_message(&*e.into_panic()),
+                };
+                let _ = self.out.send(Err(error)).await;
+                Flow::Stop
+            }
+            _ => Flow::Go,
+        }
+    }
+
+    /// The window had room: admit as many of the plan's items as it has room for now, in
+    /// one pass rather than one per item, and launch them.
+    fn admit<P: Iterator<Item = BatchPlan>>(
+        &mut self,
+        run: &mut Run<T, P>,
+        mut permit: OwnedSemaphorePermit,
+    ) -> Flow {
+        let Some((plan, at)) = run.admitting.as_mut() else {
+            run.asm.permits.push_back(permit);
+            return Flow::Go;
+        };
+        let n = if self.strategy.whole_batches() {
+            plan.items.len()
+        } else {
+            let room = (plan.items.len() - *at - 1).min(self.window.available_permits());
+            if let Ok(more) = Arc::clone(&self.window).try_acquire_many_owned(room as u32) {
+                permit.merge(more);
+            }
+            permit.num_permits()
+        };
+        run.asm.permits.push_back(permit);
+        let jobs: Vec<Job> = (*at..(*at + n).min(plan.items.len()))
+            .map(|i| {
+                let seq = run.next_seq;
+                run.next_seq += 1;
+                job(plan, i, seq, &mut run.kept)
+            })
+            .collect();
+        *at += n;
+        if *at >= plan.items.len() {
+            run.admitting = None;
+        }
+        self.strategy.launch(&self.shared, jobs, &mut run.tasks);
+        Flow::Go
     }
 
     /// Turn a planned batch's results into a batch or an error, by the error policy.
@@ -319,7 +285,7 @@ impl<T: Send + 'static> Driver<T> {
         &self,
         plan: Pending,
         items: Vec<ItemResult<T>>,
-        failures: &mut (u64, usize),
+        failures: &mut EpochFailures,
     ) -> Output<T> {
         let weight: u64 = match &self.decoded {
             Some(d) => items
@@ -345,9 +311,6 @@ impl<T: Send + 'static> Driver<T> {
                 }
             }
         }
-        if failures.0 != plan.epoch {
-            *failures = (plan.epoch, 0);
-        }
         if !skipped.is_empty() {
             match self.policy {
                 ErrorPolicy::Fail => {
@@ -358,8 +321,7 @@ impl<T: Send + 'static> Driver<T> {
                     });
                 }
                 ErrorPolicy::Skip { max_failures } => {
-                    failures.1 += skipped.len();
-                    if failures.1 > max_failures {
+                    if failures.add(plan.epoch, skipped.len()) > max_failures {
                         return Err(EngineError::TooManyFailures {
                             epoch: plan.epoch,
                             max_failures,
@@ -381,6 +343,27 @@ impl<T: Send + 'static> Driver<T> {
             decoded: share,
         })
     }
+}
+
+/// The driver loop's state: the plans, what is being admitted, assembled, kept and run.
+struct Run<T, P: Iterator<Item = BatchPlan>> {
+    plans: std::iter::Peekable<Guarded<P>>,
+    /// A panic of the plan iterator (a sampler's bug): what was planned before it is
+    /// delivered, then the error.
+    planner_panic: Option<String>,
+    tasks: JoinSet<()>,
+    asm: Assembly<T>,
+    /// Chunks fetched for later items of the plan.
+    kept: KeptChunks,
+    next_seq: u64,
+    /// The plan being admitted and how many of its items are in.
+    admitting: Option<(BatchPlan, usize)>,
+}
+
+/// Whether the driver loop goes on.
+enum Flow {
+    Go,
+    Stop,
 }
 
 /// Item `i` of `plan` as the strategy runs it.

@@ -7,29 +7,21 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
 use futures::{FutureExt, Stream};
 use loader_storage::DynStorage;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::Config;
 use crate::control::{self, Controller};
+use crate::decoded::{Decoded, Weigh};
 use crate::driver::Driver;
-use crate::item::{BatchPlan, EngineError, RawBatch, SampleInfo, StageError};
+use crate::item::{BatchPlan, EngineError};
 use crate::metrics::Metrics;
 use crate::pool::Pool;
+use crate::stage::{Output, Stage, panic_message};
 use crate::strategy::strategy;
 use crate::unit::FetchContext;
 use crate::work::Shared;
-
-/// The CPU stage: bytes of one sample to its decoded form. Runs on the engine's threads,
-/// never on the async runtime's.
-pub type Stage<T> = Arc<dyn Fn(Bytes, &SampleInfo) -> Result<T, StageError> + Send + Sync>;
-
-pub(crate) type Output<T> = Result<RawBatch<T>, EngineError>;
-
-/// The bytes a decoded sample holds (its buffers), for the decoded-bytes bound.
-pub type Weigh<T> = Arc<dyn Fn(&T) -> usize + Send + Sync>;
 
 /// Prefix of every thread the engine starts, so tests (and `top`) can find them.
 pub const THREAD_PREFIX: &str = "loader-";
@@ -115,8 +107,7 @@ impl<T: Send + 'static> Engine<T> {
             results,
             cancelled,
         });
-        let decoded =
-            weigh.map(|weigh| crate::driver::Decoded::new(weigh, config.max_decoded_bytes));
+        let decoded = weigh.map(|weigh| Decoded::new(weigh, config.max_decoded_bytes));
         let slots = Arc::clone(&shared.fetch.slots);
         let driver = Driver::new(shared, strategy, config, out_tx, results_rx, decoded);
         let control = adaptive_cap.map(|cap| {
@@ -279,13 +270,4 @@ fn own_runtime(
             }
         })?;
     Ok((stop, thread, handle))
-}
-
-/// The text of a panic's payload.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }

@@ -13,9 +13,16 @@
 //! off after 503 SlowDown is not lost), and stall hedges in flight are bounded.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use loader_storage::Error;
+
+use crate::metrics::{InFlight, Metrics};
 
 /// When to send a request again, and how many extra requests that may cost.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -230,6 +237,199 @@ impl Hedger {
             self.after_us.store(q, Ordering::Relaxed);
         }
     }
+}
+
+/// Racing requests.
+impl Hedger {
+    /// Race up to three requests for the same bytes; `request(repeat)` sends one (`repeat`
+    /// for a hedge), `none_sent` is the error should none have been sent.
+    pub(crate) async fn race<F, Fut>(
+        &self,
+        metrics: &Metrics,
+        fetch: &InFlight<'_>,
+        request: F,
+        none_sent: impl FnOnce() -> Error,
+    ) -> Result<Bytes, Error>
+    where
+        F: Fn(bool) -> Fut + Sync,
+        Fut: Future<Output = Result<Bytes, Error>> + Send,
+    {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        use std::time::Instant;
+
+        self.sent();
+        let throttled = metrics.throttled();
+        // Up to three requests for the same bytes: the first; a hedge when it is in the tail
+        // (after the quantile, within the budget; looked at once) or has stalled (many
+        // times the p99, whatever the budget, unless the store throttles); and one more
+        // if both stall. The first answer wins; dropping the others cancels them. Until a hedge
+        // goes out only the first is polled, with a timer: the common case allocates
+        // nothing more.
+        let first = request(false);
+        tokio::pin!(first);
+        // When each request went out (no allocation: at most three).
+        let mut times = [fetch.started(); 3];
+        let mut count = 1;
+        let mut tail_looked = false;
+        // The first request alone until a hedge is due.
+        loop {
+            match self.next_hedge(metrics, &times[..count], throttled, &mut tail_looked) {
+                Next::Send => break,
+                Next::Look => continue,
+                Next::Wait(wait) => tokio::select! {
+                    answer = first.as_mut() => {
+                        return self.won(metrics, fetch, &times[..1], answer.map(|b| (0, b)));
+                    }
+                    () = tokio::time::sleep(wait) => {}
+                },
+            }
+        }
+        // Then all of them, until one answers.
+        let mut requests = FuturesUnordered::new();
+        requests.push(async move { (0usize, first.await) }.boxed());
+        let mut first_error: Option<Error> = None;
+        let mut send = true;
+        let result = loop {
+            if std::mem::take(&mut send) && count < times.len() {
+                let tag = count;
+                times[tag] = Instant::now();
+                count += 1;
+                let hedge = request(true);
+                requests.push(
+                    async move {
+                        let _in_flight = metrics.hedge_started();
+                        (tag, hedge.await)
+                    }
+                    .boxed(),
+                );
+            }
+            let wait = match self.next_hedge(metrics, &times[..count], throttled, &mut tail_looked)
+            {
+                Next::Send => {
+                    send = true;
+                    continue;
+                }
+                Next::Look => continue,
+                Next::Wait(wait) => wait,
+            };
+            tokio::select! {
+                answered = requests.next() => match answered {
+                    Some((tag, Ok(bytes))) => break Ok((tag, bytes)),
+                    Some((_, Err(e))) => {
+                        // The first error is the one reported if every request fails.
+                        let e = first_error.get_or_insert(e);
+                        if requests.is_empty() {
+                            break Err(e.clone());
+                        }
+                    }
+                    None => break Err(match first_error.take() {
+                        Some(e) => e,
+                        None => none_sent(),
+                    }),
+                },
+                () = tokio::time::sleep(wait) => {}
+            }
+        };
+        drop(requests);
+        self.won(metrics, fetch, &times[..count], result)
+    }
+
+    /// The race's answer: the bytes, with the winner's own latency for the hedger.
+    fn won(
+        &self,
+        metrics: &Metrics,
+        fetch: &InFlight<'_>,
+        sent: &[std::time::Instant],
+        result: Result<(usize, Bytes), Error>,
+    ) -> Result<Bytes, Error> {
+        result.map(|(tag, bytes)| {
+            if tag > 0 {
+                metrics.hedge_won();
+            }
+            // A rescued stall's wait is not a latency of the store: counted, it would raise
+            // the p99 and with it the next stall's threshold, round after round. The
+            // winning request's own time is.
+            if !fetch.cached()
+                && let Some(at) = sent.get(tag)
+            {
+                self.answered(at.elapsed());
+            }
+            bytes
+        })
+    }
+
+    /// What the race does next, given when its requests went out: send one more now, look
+    /// again at once (a tail hedge the budget refused), or wait this long for an answer.
+    fn next_hedge(
+        &self,
+        metrics: &Metrics,
+        sent: &[std::time::Instant],
+        throttled: u64,
+        tail_looked: &mut bool,
+    ) -> Next {
+        let Some(&last) = sent.last() else {
+            return Next::Wait(std::time::Duration::MAX);
+        };
+        let tail = if *tail_looked || sent.len() > 1 {
+            None
+        } else {
+            self.delay()
+        };
+        let stall = if sent.len() < 3 {
+            self.stall_after()
+        } else {
+            None
+        };
+        let (at, is_stall) = match (tail, stall) {
+            (Some(t), Some(s)) if s <= t => (s, true),
+            (Some(t), _) => (t, false),
+            (None, Some(s)) => (s, true),
+            (None, None) => return Next::Wait(std::time::Duration::MAX),
+        };
+        let elapsed = last.elapsed();
+        if elapsed < at {
+            // While nothing is known the stall threshold is a guess that the first answers
+            // will lower: look again soon.
+            let wait = at - elapsed;
+            return Next::Wait(if is_stall {
+                wait.min(self.recheck())
+            } else {
+                wait
+            });
+        }
+        if is_stall {
+            // A store that throttles keeps requests waiting in backoff, not lost: more of
+            // them would only add to its load. And a burst of stalls (a hung mount, a
+            // network cut) sends a bounded number again at a time.
+            let cap = (metrics.in_flight_limit() / 8).max(MIN_STALL_HEDGES);
+            if metrics.throttled() > throttled || metrics.hedges_in_flight() >= cap {
+                return Next::Wait(self.pause());
+            }
+            // Not tail: a lost response or a dead connection.
+            metrics.stall_hedged();
+            return Next::Send;
+        }
+        *tail_looked = true;
+        let retries = metrics.tally.retried() + metrics.throttled();
+        if self.spend(retries) {
+            Next::Send
+        } else {
+            Next::Look
+        }
+    }
+}
+
+/// Stall hedges in flight allowed at least (more under a high in-flight limit: an eighth).
+const MIN_STALL_HEDGES: usize = 64;
+
+/// What a race of requests does next.
+enum Next {
+    /// Send one more request now.
+    Send,
+    /// Look again at once.
+    Look,
+    /// Wait this long for an answer, then look again.
+    Wait(std::time::Duration),
 }
 
 #[cfg(test)]

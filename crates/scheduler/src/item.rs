@@ -198,7 +198,7 @@ pub struct RawBatch<T> {
     /// The engine's window slots of these items, freed when the batch is dropped.
     pub(crate) permits: Vec<tokio::sync::OwnedSemaphorePermit>,
     /// Its samples' share of the decoded-bytes bound, returned when it is dropped.
-    pub(crate) decoded: Option<crate::driver::DecodedShare>,
+    pub(crate) decoded: Option<crate::decoded::DecodedShare>,
 }
 
 impl<T> RawBatch<T> {

@@ -41,18 +41,42 @@
 //! assert!(engine.next_blocking().is_none());
 //! println!("{}", engine.metrics().summary());
 //! ```
+//!
+//! # Rooms, bottom up
+//!
+//! Each file imports only files above it in this list, never one below (a test in
+//! `crates/testkit/tests/module_circles.rs` fails on an import circle).
+//!
+//! - Vocabulary: `config` (what a run is asked to do), `item` (work items, plans, batches,
+//!   errors), `decoded` (the decoded-bytes bound), `stage` (the CPU stage and the engine's
+//!   output), `limit` (why the in-flight limit is where it is).
+//! - Measurement: `summary` (the report and its bottleneck line), `metrics` (live gauges
+//!   and the guards that keep them), `cpu` (the process's CPU time), `trace`.
+//! - Fetching: `slots` (the in-flight limit), `hedge` (hedged requests and their race),
+//!   `unit` (one request feeding many items, under the byte budget), `kept` (chunks kept
+//!   for later items), `coalesce` (neighbouring ranges read in one request).
+//! - Running: `pool` (CPU threads), `work` (an item fetched and decoded), `strategy` (the
+//!   three fetch strategies), `control` (the adaptive in-flight limit), `assembly`
+//!   (results back in plan order), `driver` (the admission loop), `engine` (the handle).
 
 mod assembly;
+mod coalesce;
 mod config;
 mod control;
+mod cpu;
+mod decoded;
 mod driver;
 mod engine;
 mod hedge;
 mod item;
+mod kept;
+mod limit;
 mod metrics;
 mod pool;
 mod slots;
+mod stage;
 mod strategy;
+mod summary;
 mod trace;
 mod unit;
 mod work;
@@ -61,12 +85,16 @@ pub use config::{
     Config, ConfigError, DEFAULT_IN_FLIGHT_CAP, DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_DECODED_BYTES, ErrorPolicy, Fetch, Order,
 };
-pub use control::LimitReason;
-pub use engine::{Engine, Stage, THREAD_PREFIX, Weigh, detached_on_drop};
+pub use cpu::process_cpu_time;
+pub use decoded::Weigh;
+pub use engine::{Engine, THREAD_PREFIX, detached_on_drop};
 pub use hedge::Hedge;
 pub use item::{
     BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
     StageError, WorkItem,
 };
-pub use metrics::{Metrics, StageSummary, Summary, process_cpu_time};
+pub use limit::LimitReason;
+pub use metrics::Metrics;
+pub use stage::Stage;
+pub use summary::{StageSummary, Summary};
 pub use trace::Trace;

@@ -13,9 +13,9 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::{Stage, panic_message};
 use crate::item::{ItemError, ItemFailure, Member, SampleInfo};
 use crate::pool::PoolHandle;
+use crate::stage::{Stage, panic_message};
 use crate::unit::{FetchContext, Unit, cut_item};
 
 pub(crate) type ItemResult<T> = Result<(SampleInfo, T), ItemError>;
