@@ -45,23 +45,23 @@ pub struct ReadmeDoctests;
 
 mod batch;
 mod buffer;
-mod dataset;
 mod error;
 mod export;
 mod loader;
-mod open;
+mod source;
 mod state;
-pub mod webdataset;
 
 pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
-pub use dataset::{Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout};
-pub use error::{CollateError, ConfigError, DatasetError, Error, Result, StateError};
+pub use error::{CollateError, ConfigError, Error, Result, StateError};
 pub use export::{BatchTensors, DType, HostTensor, HostVec, ShapeError};
 pub use loader::{
     Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, ShardOrder, sample_bytes,
 };
-pub use open::store_url;
+pub use source::{
+    Dataset, DatasetError, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout,
+};
+pub use source::{store_url, webdataset};
 pub use state::{LoaderState, OrderStamp, SamplerKind};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};

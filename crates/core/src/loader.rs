@@ -20,10 +20,9 @@ use loader_storage::{DynStorage, StorageExt};
 
 use crate::batch::{Batch, collate_into};
 use crate::buffer::BufferPool;
-use crate::dataset::to_work;
 use crate::error::{ConfigError, StateError};
 use crate::state::{LoaderState, OrderStamp, SamplerKind};
-use crate::{Dataset, Error, Result};
+use crate::{Dataset, Error, Item, Result};
 
 /// The default deadline of one attempt of one request: far above any healthy GET of a
 /// sample, so only a stalled connection trips it, and then the retry policy takes over.
@@ -759,7 +758,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                     .map(|(k, &i)| {
                         let at = position + k as u64;
                         // An index past the dataset reads as an invalid key, reported per item.
-                        let mut item = dataset.get(i).map(to_work).unwrap_or_default();
+                        let mut item = dataset.get(i).map(Item::to_work).unwrap_or_default();
                         item.index = i as u64;
                         if let Some(last_use) = &last_use {
                             item.chunk = dataset.chunk(i).map(|(_, range)| Chunk {

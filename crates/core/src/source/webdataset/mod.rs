@@ -24,7 +24,6 @@
 //! ```
 
 mod braces;
-mod error;
 mod group;
 mod index;
 mod tar;
@@ -37,13 +36,14 @@ use futures::{StreamExt, TryStreamExt};
 use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ErrorKind, ObjectMeta, Storage};
 
+pub use super::error::ShardError;
 pub use braces::expand as expand_braces;
-pub use error::ShardError;
 pub use group::IndexedSample;
 pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex, default_cache_dir, write_atomically};
 
-use crate::dataset::{Item, Member, ShardLayout};
-use crate::error::DatasetError;
+use super::blocking::block_on_own_thread;
+use super::error::DatasetError;
+use super::index::{Item, Member, ShardLayout};
 use crate::{Dataset, Error, Result};
 
 /// Where a sample's label comes from.
@@ -180,7 +180,7 @@ impl WebDataset {
         url: &str,
         options: impl IntoIterator<Item = (impl AsRef<str>, impl Into<String>)> + Send,
     ) -> Result<(DynStorage, Dataset)> {
-        crate::dataset::block_on_own_thread(|| self.load_url(url, options))
+        block_on_own_thread(|| self.load_url(url, options))
     }
 
     /// The dataset in `shards` (keys of `store`).
@@ -191,7 +191,7 @@ impl WebDataset {
 
     /// [`WebDataset::load`] for synchronous callers.
     pub fn load_blocking(&self, store: &DynStorage, shards: &[String]) -> Result<Dataset> {
-        crate::dataset::block_on_own_thread(|| self.load(store, shards))
+        block_on_own_thread(|| self.load(store, shards))
     }
 
     async fn heads(&self, store: &DynStorage, keys: &[String]) -> Result<Vec<ObjectMeta>> {
@@ -218,7 +218,7 @@ impl WebDataset {
         store: &DynStorage,
         metas: Vec<ObjectMeta>,
     ) -> Result<Dataset> {
-        crate::dataset::block_on_own_thread(|| self.load_metas(store, metas))
+        block_on_own_thread(|| self.load_metas(store, metas))
     }
 
     /// The index of every shard `metas` describe, in that order, [`WebDataset::concurrency`]
@@ -455,7 +455,7 @@ impl WebDataset {
         let mut start = 0;
         let mut from = None;
         for (i, item) in items.iter().enumerate() {
-            let span = crate::dataset::to_work(item).span().unwrap_or(0..0);
+            let span = item.span().unwrap_or(0..0);
             let begin = *from.get_or_insert(span.start);
             if span.end.saturating_sub(begin) >= self.chunk_bytes {
                 chunks.push(first + start..first + i + 1);

@@ -3,8 +3,8 @@
 use loader_storage::DynStorage;
 use loader_storage::layer::{RetryConfig, RetryStore};
 
-use crate::error::DatasetError;
-use crate::webdataset::{
+use super::error::DatasetError;
+use super::webdataset::{
     ShardError, WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of,
     split_url,
 };
@@ -63,6 +63,6 @@ impl Dataset {
         manifest: Option<&str>,
         webdataset: &WebDataset,
     ) -> Result<Dataset> {
-        crate::dataset::block_on_own_thread(|| Dataset::open(url, store, manifest, webdataset))
+        super::blocking::block_on_own_thread(|| Dataset::open(url, store, manifest, webdataset))
     }
 }

@@ -1,0 +1,117 @@
+//! What can be wrong with a source: a dataset's description, or a shard.
+
+/// What is wrong with a dataset's description.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DatasetError {
+    /// ImageFolder found no class folder.
+    #[error("no class folders under {store}; ImageFolder expects class/image files")]
+    NoClassFolders {
+        /// The store listed.
+        store: String,
+    },
+    /// ImageFolder found class folders without images.
+    #[error(
+        "found no image files (extensions {}) in class folder(s) {folders} of {store}",
+        crate::IMAGE_EXTENSIONS.join(", ")
+    )]
+    EmptyClasses {
+        /// The folders, comma-separated.
+        folders: String,
+        /// The store listed.
+        store: String,
+    },
+    /// Samples in image formats the decoder does not read (torchvision's ImageFolder lists
+    /// them): refused when the loader is built, not failed one by one mid-epoch.
+    #[error(
+        "{count} sample(s) of {store} are {formats} images, which the native decoder does not \
+         read (it reads JPEG and PNG), e.g. {example:?}; convert them to JPEG or PNG, or leave \
+         them out with a manifest"
+    )]
+    Undecodable {
+        /// How many samples.
+        count: usize,
+        /// Their extensions, with counts (`webp: 3, bmp: 1`).
+        formats: String,
+        /// The first one's key.
+        example: String,
+        /// The store.
+        store: String,
+    },
+    /// A manifest line is wrong.
+    #[error("line {line}: {problem}")]
+    Line {
+        /// Its number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A manifest is not UTF-8.
+    #[error("manifest {key:?} on {store} is not UTF-8: {source}")]
+    NotUtf8 {
+        /// Its key.
+        key: String,
+        /// Its store.
+        store: String,
+        /// Where the text breaks.
+        source: std::str::Utf8Error,
+    },
+    /// A manifest has no sample.
+    #[error("the manifest lists no samples")]
+    EmptyManifest,
+    /// A fixed class list is empty.
+    #[error("the class list is empty")]
+    NoClassList,
+    /// A shard is unreadable or its samples are malformed.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// A layout that does not describe its items.
+    #[error("{0}")]
+    Invalid(String),
+    /// Reading a dataset could not start its thread or runtime.
+    #[error("cannot start a {what} to read the dataset: {source}")]
+    Start {
+        /// What could not start.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Reading the dataset panicked.
+    #[error("reading the dataset panicked")]
+    Panicked,
+}
+
+/// A shard that cannot be read as WebDataset samples: names the shard, where in it, and what.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The tar structure is broken (truncated, a bad header checksum, a bad size field).
+    #[error("shard {shard:?} on {store}: at byte {offset}: {problem}")]
+    Corrupt {
+        /// The shard's key.
+        shard: String,
+        /// Its store.
+        store: String,
+        /// Where the problem starts.
+        offset: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A sample breaks WebDataset's rules (no image member, a repeated suffix, a bad label).
+    #[error("shard {shard:?} on {store}: sample {key:?} at byte {offset}: {problem}")]
+    Sample {
+        /// The shard's key.
+        shard: String,
+        /// Its store.
+        store: String,
+        /// The sample's key.
+        key: String,
+        /// Where its first member's header starts.
+        offset: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The shard list or URL cannot be understood.
+    #[error("shard list {0:?}: {1}")]
+    List(String, String),
+}

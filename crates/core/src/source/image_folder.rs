@@ -1,0 +1,90 @@
+//! torchvision's ImageFolder: classes are the top-level folders of a listing.
+
+use std::collections::BTreeMap;
+
+use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{ObjectMeta, Storage};
+
+use super::blocking::block_on_own_thread;
+use super::error::DatasetError;
+use super::index::{IMAGE_EXTENSIONS, Item};
+use crate::{Dataset, Result};
+
+impl Dataset {
+    /// torchvision's ImageFolder over a store that can list: classes are the sorted names
+    /// of the top-level folders, files directly under the root are ignored, only image
+    /// extensions count (case-insensitively), a class without images is an error, and
+    /// samples are sorted by key within a class. A transient failure of the listing restarts
+    /// it, under the default [`RetryConfig`], as sample reads are retried.
+    pub async fn image_folder(store: &dyn Storage) -> Result<Self> {
+        let listed = RetryStore::new(store, RetryConfig::default())
+            .list_all("")
+            .await?;
+        Self::image_folder_of(listed, store.name())
+    }
+
+    /// [`Dataset::image_folder`] from a listing already made (of the store named
+    /// `store`), e.g. by a caller that also looked for shards in it.
+    pub fn image_folder_of(listed: Vec<ObjectMeta>, store: &str) -> Result<Self> {
+        let mut folders: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut objects = Vec::new();
+        for meta in listed {
+            let Some((class, _)) = meta.key.split_once('/') else {
+                continue;
+            };
+            let entry = folders.entry(class.to_owned()).or_default();
+            if is_image(&meta.key) {
+                entry.push(meta.key.clone());
+                objects.push(meta);
+            }
+        }
+        if folders.is_empty() {
+            return Err(DatasetError::NoClassFolders {
+                store: store.into(),
+            }
+            .into());
+        }
+        let empty: Vec<&str> = folders
+            .iter()
+            .filter(|(_, keys)| keys.is_empty())
+            .map(|(c, _)| c.as_str())
+            .collect();
+        if !empty.is_empty() {
+            return Err(DatasetError::EmptyClasses {
+                folders: empty.join(", "),
+                store: store.into(),
+            }
+            .into());
+        }
+        let mut items = Vec::new();
+        let mut classes = Vec::new();
+        for (label, (class, mut keys)) in folders.into_iter().enumerate() {
+            keys.sort();
+            items.extend(keys.into_iter().map(|key| Item::new(key, label as i64)));
+            classes.push(class);
+        }
+        Ok(Self::from_items(items, classes).with_objects(objects))
+    }
+
+    /// [`Dataset::image_folder`] for synchronous callers: runs on a short-lived runtime of
+    /// its own thread, so it works with or without a surrounding tokio runtime.
+    pub fn image_folder_blocking(store: &dyn Storage) -> Result<Self> {
+        block_on_own_thread(|| Self::image_folder(store))
+    }
+}
+
+fn is_image(key: &str) -> bool {
+    key.rsplit_once('.')
+        .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_extensions_are_case_insensitive() {
+        assert!(is_image("a/b.JPEG") && is_image("a/b.png") && is_image("x/y.Jpg"));
+        assert!(!is_image("a/b.txt") && !is_image("a/jpg"));
+    }
+}

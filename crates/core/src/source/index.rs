@@ -1,0 +1,261 @@
+//! The sample index every source builds: where each sample's bytes are, what it carries,
+//! and how shards lay samples out.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+pub use loader_scheduler::Member;
+use loader_storage::ObjectMeta;
+
+use super::error::DatasetError;
+use crate::Result;
+
+/// File extensions torchvision's ImageFolder accepts, compared case-insensitively.
+pub const IMAGE_EXTENSIONS: &[&str] = &[
+    "jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp",
+];
+
+/// One sample of a dataset: where its bytes are, and what it carries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Item {
+    /// The object holding it.
+    pub key: Arc<str>,
+    /// Its bytes within the object; `None` for the whole object.
+    pub range: Option<Range<u64>>,
+    /// The class index (or any integer label).
+    pub label: i64,
+    /// Its name within the object when the object holds many samples (WebDataset's key).
+    pub name: Option<Arc<str>>,
+    /// Its other parts stored beside it (WebDataset's `.cls`, `.json`, ...), handed to the
+    /// CPU stage in `SampleInfo::members`.
+    pub members: Arc<[Member]>,
+}
+
+impl Item {
+    /// A sample that is a whole object.
+    pub fn new(key: impl Into<Arc<str>>, label: i64) -> Self {
+        Self {
+            key: key.into(),
+            label,
+            ..Self::default()
+        }
+    }
+
+    /// A sample that is `range` of an object (e.g. from a manifest's offset and length).
+    pub fn ranged(key: impl Into<Arc<str>>, range: Range<u64>, label: i64) -> Self {
+        Self {
+            range: Some(range),
+            ..Self::new(key, label)
+        }
+    }
+}
+
+/// Where one shard's samples are in a dataset: its object, and the index ranges of its
+/// chunks (neighbouring samples read with one request), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// The shard's object.
+    pub key: Arc<str>,
+    /// Its samples' dataset indices, chunk by chunk.
+    pub chunks: Vec<Range<usize>>,
+}
+
+/// The samples of a dataset, by index, and the class names when labels are classes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Dataset {
+    items: Arc<[Item]>,
+    classes: Arc<[String]>,
+    shards: Arc<[ShardLayout]>,
+    /// For sharded datasets: each item's chunk id, and each chunk's byte range.
+    chunk_of: Arc<[u32]>,
+    chunk_spans: Arc<[Range<u64>]>,
+    /// The objects read, as a listing or an index described them (size, version).
+    objects: Arc<[ObjectMeta]>,
+}
+
+impl Dataset {
+    /// From explicit items; `classes` may be empty when labels are plain integers.
+    pub fn from_items(items: Vec<Item>, classes: Vec<String>) -> Self {
+        Self {
+            items: items.into(),
+            classes: classes.into(),
+            ..Self::default()
+        }
+    }
+
+    /// A dataset stored in shards: `items` laid out shard by shard as `shards` describe
+    /// them, so a shard-local order can read each chunk with one request.
+    pub fn from_shards(
+        items: Vec<Item>,
+        classes: Vec<String>,
+        shards: Vec<ShardLayout>,
+    ) -> Result<Self> {
+        let mut chunk_of = vec![u32::MAX; items.len()];
+        let mut spans = Vec::new();
+        for shard in &shards {
+            for chunk in &shard.chunks {
+                let id = u32::try_from(spans.len())
+                    .map_err(|_| DatasetError::Invalid("more than 2^32 chunks".into()))?;
+                let mut span: Option<Range<u64>> = None;
+                for i in chunk.clone() {
+                    let item = items.get(i).filter(|it| it.key == shard.key);
+                    let (Some(item), true) = (item, chunk_of.get(i) == Some(&u32::MAX)) else {
+                        return Err(DatasetError::Invalid(format!(
+                            "sample {i} is not a sample of shard {:?} once",
+                            shard.key
+                        ))
+                        .into());
+                    };
+                    let Some(s) = item.span() else {
+                        return Err(DatasetError::Invalid(format!(
+                            "sample {i} of shard {:?} has no byte range",
+                            shard.key
+                        ))
+                        .into());
+                    };
+                    chunk_of[i] = id;
+                    span = Some(match span {
+                        Some(a) => a.start.min(s.start)..a.end.max(s.end),
+                        None => s,
+                    });
+                }
+                spans.push(span.unwrap_or(0..0));
+            }
+        }
+        Ok(Self {
+            items: items.into(),
+            classes: classes.into(),
+            shards: shards.into(),
+            chunk_of: chunk_of.into(),
+            chunk_spans: spans.into(),
+            objects: Arc::default(),
+        })
+    }
+
+    /// The same dataset, knowing its objects as a listing or an index described them: a
+    /// cache checks its entries against their sizes and versions instead of asking the
+    /// store. Sources built from a listing or shard indexes set it.
+    pub fn with_objects(mut self, objects: Vec<ObjectMeta>) -> Self {
+        self.objects = objects.into();
+        self
+    }
+
+    /// The objects as the source saw them (empty for a manifest, which says nothing of them).
+    pub fn objects(&self) -> &[ObjectMeta] {
+        &self.objects
+    }
+
+    /// Its shards, when it is stored in shards (empty otherwise).
+    pub fn shards(&self) -> &[ShardLayout] {
+        &self.shards
+    }
+
+    /// The chunk sample `index` is read with: its id and byte range.
+    pub(crate) fn chunk(&self, index: usize) -> Option<(u32, Range<u64>)> {
+        let id = *self.chunk_of.get(index)?;
+        Some((id, self.chunk_spans.get(id as usize)?.clone()))
+    }
+
+    /// Chunks in the dataset.
+    pub(crate) fn chunk_count(&self) -> usize {
+        self.chunk_spans.len()
+    }
+
+    /// From `(key, label)` pairs.
+    pub fn from_pairs<K: Into<Arc<str>>>(pairs: impl IntoIterator<Item = (K, i64)>) -> Self {
+        Self::from_items(
+            pairs
+                .into_iter()
+                .map(|(key, label)| Item::new(key, label))
+                .collect(),
+            Vec::new(),
+        )
+    }
+
+    /// Samples in the dataset.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Sample `index`.
+    pub fn get(&self, index: usize) -> Option<&Item> {
+        self.items.get(index)
+    }
+
+    /// All samples.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Class names, indexed by label (empty for integer-labelled manifests).
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// Refuse samples the native decoder cannot read, judged by their key's extension: an
+    /// image format torchvision lists ([`IMAGE_EXTENSIONS`]) but the decoder does not read
+    /// (WebP, BMP, TIFF, PPM/PGM). Keys with another extension or none are left to the
+    /// decoder's sniffing; samples inside shards are named by their image member's suffix,
+    /// which [`WebDataset::image_suffixes`](crate::webdataset::WebDataset::image_suffixes)
+    /// chose. A loader with the native pipeline calls this when it is built.
+    pub fn check_decodable(&self, store: &str) -> Result<()> {
+        let mut formats: BTreeMap<String, usize> = BTreeMap::new();
+        let mut example = None;
+        for item in self.items.iter().filter(|i| i.name.is_none()) {
+            let Some((_, ext)) = item.key.rsplit_once('.') else {
+                continue;
+            };
+            let image = IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext));
+            if image && loader_decoder::Format::from_extension(ext).is_none() {
+                *formats.entry(ext.to_ascii_lowercase()).or_default() += 1;
+                example.get_or_insert_with(|| item.key.to_string());
+            }
+        }
+        let Some(example) = example else {
+            return Ok(());
+        };
+        Err(DatasetError::Undecodable {
+            count: formats.values().sum(),
+            formats: formats
+                .iter()
+                .map(|(ext, n)| format!("{ext}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            example,
+            store: store.to_owned(),
+        }
+        .into())
+    }
+}
+
+impl Item {
+    /// The bytes the sample and its members occupy together in their object; `None` for a
+    /// whole object.
+    pub fn span(&self) -> Option<Range<u64>> {
+        let mut span = self.range.clone()?;
+        for m in self.members.iter() {
+            span.start = span.start.min(m.range.start);
+            span.end = span.end.max(m.range.end);
+        }
+        Some(span)
+    }
+
+    /// The engine's description of `item` (without its chunk, which depends on the order).
+    pub(crate) fn to_work(&self) -> loader_scheduler::WorkItem {
+        loader_scheduler::WorkItem {
+            index: 0,
+            key: Arc::clone(&self.key),
+            range: self.range.clone(),
+            label: self.label,
+            name: self.name.clone(),
+            members: Arc::clone(&self.members),
+            chunk: None,
+        }
+    }
+}
