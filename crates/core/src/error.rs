@@ -109,6 +109,9 @@ pub enum ConfigError {
     /// The engine refused its settings.
     #[error(transparent)]
     Engine(#[from] loader_scheduler::ConfigError),
+    /// A loader option that is unknown or out of its range, named.
+    #[error("{0}")]
+    Option(String),
 }
 
 /// Why a state cannot be taken or resumed.

@@ -36,6 +36,17 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Rooms, along the data flow
+//!
+//! `source/` turns what is stored (an ImageFolder listing, a manifest, WebDataset shards)
+//! into the sample index, a [`Dataset`]. [`LoaderOptions`] (`options.rs`) declares every
+//! plain-data setting once; the builder (`builder.rs`) writes into it and, at `build`,
+//! wraps the store in its timeout, retry and cache layers. `plan.rs` owns the batch
+//! sampler and tells the engine (chunk last uses) and the cache (the epochs ahead) what
+//! will be read; `stage.rs` holds the CPU stage and collate. `loader/` keeps epochs, state
+//! and iteration (`delivery.rs`: what each batch from the engine does to the pass);
+//! `batch`, `buffer` and `export` are what a batch is; `state` is what a checkpoint means.
 
 /// The README's code, compiled and run as doc tests, so the training loop a user copies is
 /// the one that is tested.
@@ -45,23 +56,31 @@ pub struct ReadmeDoctests;
 
 mod batch;
 mod buffer;
+mod builder;
 mod error;
 mod export;
 mod loader;
+mod options;
+mod plan;
 mod source;
+mod stage;
 mod state;
 
 pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
+pub use builder::DataLoaderBuilder;
 pub use error::{CollateError, ConfigError, Error, Result, StateError};
 pub use export::{BatchTensors, DType, HostTensor, HostVec, ShapeError};
-pub use loader::{
-    Collate, DEFAULT_REQUEST_TIMEOUT, DataLoader, DataLoaderBuilder, ShardOrder, sample_bytes,
+pub use loader::DataLoader;
+pub use options::{
+    CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, OptionError, OptionKey,
+    OptionValue, ShardOrder, StorageOptions,
 };
 pub use source::{
     Dataset, DatasetError, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout,
 };
 pub use source::{store_url, webdataset};
+pub use stage::{Collate, sample_bytes};
 pub use state::{LoaderState, OrderStamp, SamplerKind};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};

@@ -1,0 +1,377 @@
+//! The builder: a loader's options, its CPU stage and collate, and `build`, which checks
+//! them and wraps the store in its timeout, retry and cache layers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use loader_decoder::{Pipeline, Sample};
+use loader_sampler::Sampler;
+use loader_scheduler::{
+    ErrorPolicy, Fetch, Hedge, Order, RawBatch, SampleInfo, Stage, StageError, Trace, Weigh,
+};
+use loader_storage::layer::{CacheConfig, RetryConfig};
+use loader_storage::{DynStorage, StorageExt};
+
+use crate::batch::Batch;
+use crate::error::ConfigError;
+use crate::loader::DataLoader;
+use crate::options::{LoaderOptions, ShardOrder};
+use crate::plan::Planner;
+use crate::stage::{Collate, Stages, pipeline_stage, sample_weight};
+use crate::{Dataset, Error, Result};
+
+/// Settings of a [`DataLoader`]; see [`DataLoader::builder`].
+pub struct DataLoaderBuilder<T = Sample, B = Batch> {
+    storage: DynStorage,
+    dataset: Dataset,
+    options: LoaderOptions,
+    sampler: Option<Arc<dyn Sampler>>,
+    stage: Stage<T>,
+    weigh: Option<Weigh<T>>,
+    collate: Collate<T, B>,
+    trace: Option<Arc<Trace>>,
+    runtime: Option<tokio::runtime::Handle>,
+    /// A whole retry policy, beyond what `storage.max_retries` says.
+    retry: Option<RetryConfig>,
+    /// Whether the CPU stage is the native image pipeline, which reads JPEG and PNG only.
+    decodes_images: bool,
+}
+
+impl DataLoader {
+    /// Start configuring a loader of `dataset` from `storage`, with the defaults of
+    /// [`LoaderOptions`] (PyTorch's where it has the setting: batch size 1, no shuffle, seed
+    /// 0, keep the last short batch); decode to u8 images (give a
+    /// [`transform`](DataLoaderBuilder::transform) for tensors); the adaptive in-flight
+    /// limit, a decode thread per core, 2 batches of prefetch; every sample read retried on
+    /// transient failures ([`RetryConfig::default`]) with a
+    /// [`DEFAULT_REQUEST_TIMEOUT`](crate::DEFAULT_REQUEST_TIMEOUT) per attempt.
+    pub fn builder(storage: DynStorage, dataset: Dataset) -> DataLoaderBuilder {
+        let decode_only = Pipeline::builder()
+            .build()
+            .unwrap_or_else(|_| Pipeline::imagenet_eval());
+        let (stage, collate) = pipeline_stage(decode_only);
+        DataLoaderBuilder {
+            storage,
+            dataset,
+            options: LoaderOptions::default(),
+            sampler: None,
+            stage,
+            weigh: Some(sample_weight()),
+            collate,
+            trace: None,
+            runtime: None,
+            retry: None,
+            decodes_images: true,
+        }
+    }
+}
+
+impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
+    /// Every plain-data setting at once, e.g. from a front end that set them by key.
+    pub fn options(mut self, options: LoaderOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The plain-data settings given so far.
+    pub fn current_options(&self) -> &LoaderOptions {
+        &self.options
+    }
+
+    /// Set one option by its dotted key ([`LoaderOptions::set`]).
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
+        self.options
+            .set(key, value)
+            .map_err(|e| Error::from(ConfigError::Option(e.to_string())))?;
+        Ok(self)
+    }
+
+    /// Samples per batch.
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.options.batch_size = batch_size;
+        self
+    }
+
+    /// A new random order every epoch (from `seed` and the epoch).
+    pub fn shuffle(mut self, shuffle: bool) -> Self {
+        self.options.shuffle = shuffle;
+        self
+    }
+
+    /// Seed of the shuffle.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.options.seed = seed;
+        self
+    }
+
+    /// Drop the last batch of an epoch if it is short.
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.options.drop_last = drop_last;
+        self
+    }
+
+    /// Any index sampler, e.g. a `DistributedSampler` for this rank. Not together with
+    /// `shuffle`, as in PyTorch.
+    pub fn sampler(mut self, sampler: impl Sampler + 'static) -> Self {
+        self.sampler = Some(Arc::new(sampler));
+        self
+    }
+
+    /// How items are fetched.
+    pub fn fetch(mut self, fetch: Fetch) -> Self {
+        self.options.engine.fetch = fetch;
+        self
+    }
+
+    /// Threads of the CPU (decode) pool.
+    pub fn decode_threads(mut self, threads: usize) -> Self {
+        self.options.engine.decode_threads = Some(threads);
+        self
+    }
+
+    /// Finished batches kept ready, at most.
+    pub fn prefetch(mut self, batches: usize) -> Self {
+        self.options.engine.prefetch = batches;
+        self
+    }
+
+    /// `Fail` (default) or `Skip { max_failures }`.
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.options.engine.skip_errors = match policy {
+            ErrorPolicy::Skip { max_failures } => Some(max_failures),
+            _ => None,
+        };
+        self
+    }
+
+    /// Sampler order (default) or `AsCompleted` (then `state()` is refused).
+    pub fn order(mut self, order: Order) -> Self {
+        self.options.engine.order = order;
+        self
+    }
+
+    /// Record a Chrome trace of every fetch, decode and batch (see `Trace::write_json`).
+    pub fn trace(mut self, trace: Arc<Trace>) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// How sample reads are retried: by default [`RetryConfig::default()`] (transient
+    /// failures and timeouts, 10 attempts within 2 minutes, jittered backoff), so a 503
+    /// SlowDown, a reset connection or a store that is away for a few seconds costs time,
+    /// not the run. `None` turns retrying off, e.g. for a store that retries by itself.
+    pub fn retry(mut self, retry: Option<RetryConfig>) -> Self {
+        self.options.storage.max_retries = retry.as_ref().map(|r| r.max_attempts.saturating_sub(1));
+        self.retry = retry;
+        self
+    }
+
+    /// The deadline of each attempt of each sample read (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`](crate::DEFAULT_REQUEST_TIMEOUT)); a timed-out attempt is
+    /// retried. `None`: no deadline.
+    pub fn request_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.options.storage.request_timeout = timeout;
+        self
+    }
+
+    /// How a sharded dataset is shuffled (default [`ShardOrder::Local`]).
+    pub fn shard_order(mut self, order: ShardOrder) -> Self {
+        self.options.shard_order = order;
+        self
+    }
+
+    /// Samples shuffled together in shard-local order (default: 8 chunks' worth).
+    pub fn shuffle_buffer(mut self, samples: usize) -> Self {
+        self.options.shuffle_buffer = Some(samples);
+        self
+    }
+
+    /// Read this rank's share of every epoch (PyTorch's DistributedSampler semantics:
+    /// equal counts, the last share padded with the first samples). For shards in
+    /// shard-local order, ranks read disjoint pieces of the shuffled shard sequence.
+    pub fn distributed(mut self, rank: usize, world_size: usize) -> Self {
+        self.options.rank = rank;
+        self.options.world_size = world_size;
+        self
+    }
+
+    /// Read only the samples whose dataset index is in `range`, shuffled within it under
+    /// `shuffle`: a train/validation split, or one device's part of a dataset (burn's
+    /// `DataLoader::slice`). Samples of shards are then read one ranged request each
+    /// (coalesced with neighbours), as under [`ShardOrder::Global`].
+    pub fn subset(mut self, range: std::ops::Range<usize>) -> Self {
+        self.options.subset = Some(range);
+        self
+    }
+
+    /// How many epochs the run reads: the loader then fetches nothing past the last
+    /// one (it runs ahead across epoch boundaries before it), and passes after it are empty.
+    pub fn epochs(mut self, epochs: u64) -> Self {
+        self.options.epochs = Some(epochs);
+        self
+    }
+
+    /// Send a request again when it is slower than a high quantile of recent ones, within a
+    /// budget of extra requests shared with retries, or when it has stalled; see
+    /// [`Hedge`]. The default, [`Hedge::stalls_only`], sends again only a request
+    /// unanswered after many times the recent p99 (a lost response), so it costs a request
+    /// instead of the 30 s attempt timeout; `None` never sends a request twice. Order and
+    /// exactly-once delivery are unchanged.
+    pub fn hedge(mut self, hedge: impl Into<Option<Hedge>>) -> Self {
+        self.options.engine.hedge = hedge.into();
+        self
+    }
+
+    /// Fetched bytes not yet decoded, at most (default
+    /// [`DEFAULT_MAX_BUFFERED_BYTES`](loader_scheduler::DEFAULT_MAX_BUFFERED_BYTES)).
+    pub fn max_buffered_bytes(mut self, bytes: u64) -> Self {
+        self.options.engine.max_buffered_bytes = bytes;
+        self
+    }
+
+    /// Decoded images and finished batches held for the consumer, in bytes, at most
+    /// (default [`DEFAULT_MAX_DECODED_BYTES`](loader_scheduler::DEFAULT_MAX_DECODED_BYTES));
+    /// past it no new batch starts until the consumer takes one, so the engine holds at
+    /// most this plus one batch. Applies to [`transform`](Self::transform) stages, whose
+    /// samples' sizes the loader knows, and to a [`map`](Self::map) stage given a
+    /// [`weigh`](Self::weigh); another `map` stage is bounded in items.
+    pub fn max_decoded_bytes(mut self, bytes: u64) -> Self {
+        self.options.engine.max_decoded_bytes = bytes;
+        self
+    }
+
+    /// Ranged samples of one object closer than `gap` bytes in the order are read with
+    /// one request of at most `max` bytes (defaults 256 KiB and 16 MiB).
+    pub fn coalesce(mut self, gap: u64, max: u64) -> Self {
+        self.options.engine.coalesce_gap = gap;
+        self.options.engine.max_coalesced_bytes = max;
+        self
+    }
+
+    /// Run on this tokio runtime instead of one the loader owns.
+    pub fn runtime(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
+    /// Cache what is read in memory and on local disk within `config`'s budgets, so later
+    /// epochs (and later runs on the same directory) read from the node. The loader tells
+    /// the cache its upcoming reads (this epoch's rest and the next two epochs'), which
+    /// [`CachePolicy::Future`](loader_storage::layer::CachePolicy::Future) keeps by; the
+    /// dataset's [`objects`](Dataset::objects) validate the entries, so a hit makes no
+    /// request. See [`loader_storage::layer::CacheStore`].
+    pub fn cache(mut self, config: CacheConfig) -> Self {
+        let cache = &mut self.options.cache;
+        cache.dir = config.dir;
+        cache.memory = Some(config.memory_bytes);
+        cache.size = config.disk_bytes;
+        cache.policy = config.policy;
+        cache.block = config.block_bytes;
+        self
+    }
+
+    /// Check the settings and make the loader. Nothing is fetched before the first batch
+    /// is asked for.
+    pub fn build(self) -> Result<DataLoader<T, B>> {
+        let options = self.options;
+        if options.batch_size == 0 {
+            return Err(ConfigError::NoBatchSize.into());
+        }
+        if self.dataset.is_empty() {
+            return Err(ConfigError::EmptyDataset.into());
+        }
+        if self.decodes_images {
+            self.dataset.check_decodable(self.storage.name())?;
+        }
+        options.validate()?;
+        let mut config = options.engine_config();
+        config.trace = self.trace;
+        config.runtime = self.runtime;
+        let (mut planner, stamp) = Planner::new(self.dataset, &options, self.sampler)?;
+        // Per attempt, inside the retry: a stalled attempt is abandoned and repeated.
+        let storage = match options.storage.request_timeout {
+            Some(timeout) => Arc::new(self.storage.with_timeout(timeout)) as DynStorage,
+            None => self.storage,
+        };
+        let storage = match self.retry.or_else(|| options.retry_config()) {
+            Some(retry) => Arc::new(storage.with_retry(retry)) as DynStorage,
+            None => storage,
+        };
+        // Outside the retry: a hit makes no request, a miss's request is retried below.
+        let storage = match options.cache_config() {
+            Some(cache_config) => {
+                let store = storage.with_cache(cache_config)?;
+                let cache = store.cache();
+                cache.learn(planner.dataset.objects().iter().cloned());
+                planner.cache = Some(cache);
+                Arc::new(store) as DynStorage
+            }
+            None => storage,
+        };
+        Ok(DataLoader::new(
+            storage,
+            planner,
+            stamp,
+            Stages {
+                stage: self.stage,
+                weigh: self.weigh,
+                collate: self.collate,
+            },
+            config,
+        ))
+    }
+}
+
+impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
+    /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
+    pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
+        let (stage, collate) = pipeline_stage(pipeline);
+        let mut builder = self.with_stage(stage, Some(sample_weight()), collate);
+        builder.decodes_images = true;
+        builder
+    }
+}
+
+impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
+    /// Any CPU stage (bytes of a sample to `U`, for data that is not images) with the
+    /// collate that makes batches of them.
+    pub fn map<U, C>(
+        self,
+        stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
+        collate: impl Fn(RawBatch<U>) -> Result<C> + Send + Sync + 'static,
+    ) -> DataLoaderBuilder<U, C> {
+        let mut builder = self.with_stage(Arc::new(stage), None, Arc::new(collate));
+        builder.decodes_images = false;
+        builder
+    }
+
+    /// Weigh each output of the CPU stage in bytes, so [`max_decoded_bytes`](Self::max_decoded_bytes)
+    /// bounds a [`map`](Self::map) stage's outputs as it bounds a transform's (whose
+    /// samples the loader weighs itself). Without it a `map` stage is bounded in items only.
+    pub fn weigh(mut self, weigh: impl Fn(&T) -> usize + Send + Sync + 'static) -> Self {
+        self.weigh = Some(Arc::new(weigh));
+        self
+    }
+
+    /// The same settings with another CPU stage and collate (and so other types).
+    fn with_stage<U, C>(
+        self,
+        stage: Stage<U>,
+        weigh: Option<Weigh<U>>,
+        collate: Collate<U, C>,
+    ) -> DataLoaderBuilder<U, C> {
+        DataLoaderBuilder {
+            storage: self.storage,
+            dataset: self.dataset,
+            options: self.options,
+            sampler: self.sampler,
+            stage,
+            weigh,
+            collate,
+            trace: self.trace,
+            runtime: self.runtime,
+            retry: self.retry,
+            decodes_images: self.decodes_images,
+        }
+    }
+}

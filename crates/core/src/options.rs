@@ -1,0 +1,581 @@
+//! Every plain-data setting of a loader, declared once: a field, its default and one doc
+//! line each. The builder's setters write into [`LoaderOptions`]; the CLI and the Python
+//! package set them by dotted key ([`LoaderOptions::set`]) and list them
+//! ([`LoaderOptions::keys`]), so a new option reaches every front end from here, and a
+//! front end that forgets one fails a test.
+//!
+//! ```
+//! use loader_core::LoaderOptions;
+//!
+//! let mut options = LoaderOptions::default();
+//! options.set("batch_size", "64").unwrap();
+//! options.set("engine.prefetch", "4").unwrap();
+//! options.set("cache.dir", "/tmp/cache").unwrap();
+//! assert_eq!(options.engine.prefetch, 4);
+//! let err = options.set("engine.prefech", "4").unwrap_err().to_string();
+//! assert!(err.contains("engine.prefetch"), "{err}"); // the known keys are named
+//! assert!(options.keys().iter().any(|k| k.key == "storage.request_timeout"));
+//! ```
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use loader_scheduler::{Config, ErrorPolicy, Fetch, Hedge, Order};
+use loader_storage::layer::{CacheConfig, CachePolicy, RetryConfig};
+
+use crate::error::ConfigError;
+
+/// The default deadline of one attempt of one request: far above any healthy GET of a
+/// sample, so only a stalled connection trips it, and then the retry policy takes over.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How a dataset stored in shards is shuffled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardOrder {
+    /// Shards in a random order, samples shuffled within a buffer of a few chunks, each
+    /// chunk read with one request ([`ShardSampler`](loader_sampler::ShardSampler)); the
+    /// default.
+    #[default]
+    Local,
+    /// Every sample of every shard in one random permutation: one ranged request per
+    /// sample, coalesced with neighbours when the order keeps them together.
+    Global,
+}
+
+/// One option as the front ends list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionKey {
+    /// Its dotted key, e.g. `engine.prefetch`.
+    pub key: String,
+    /// Its default, written as [`LoaderOptions::set`] reads it.
+    pub default: String,
+    /// What it does, in one line.
+    pub doc: &'static str,
+}
+
+/// A value an option holds: read from the text a front end passes, and written back.
+pub trait OptionValue: Sized {
+    /// The value of `text`, or why it is not one.
+    fn parse(text: &str) -> Result<Self, String>;
+    /// The value as [`parse`](Self::parse) reads it.
+    fn show(&self) -> String;
+}
+
+/// Declares an options group: its struct (one documented field per option, one doc line
+/// each), its defaults, and its part of `set` and `keys`.
+macro_rules! options_group {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( #[doc = $doc:literal] $field:ident : $ty:ty = $default:expr, )*
+        }
+        $( groups { $( #[doc = $gdoc:literal] $group:ident : $gty:ty, )* } )?
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq)]
+        #[non_exhaustive]
+        pub struct $name {
+            $( #[doc = $doc] pub $field: $ty, )*
+            $( $( #[doc = $gdoc] pub $group: $gty, )* )?
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self {
+                    $( $field: $default, )*
+                    $( $( $group: <$gty>::default(), )* )?
+                }
+            }
+        }
+
+        impl $name {
+            /// Set the option at `key` (relative to this group); `None` if it has none.
+            fn set_key(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
+                match key {
+                    $( stringify!($field) => {
+                        return Some(OptionValue::parse(value.trim()).map(|v| self.$field = v));
+                    } )*
+                    _ => {}
+                }
+                $( $(
+                    if let Some(rest) = key.strip_prefix(concat!(stringify!($group), ".")) {
+                        return self.$group.set_key(rest, value);
+                    }
+                )* )?
+                None
+            }
+
+            /// This group's options and their values here, under `prefix`.
+            fn list(&self, prefix: &str, out: &mut Vec<OptionKey>) {
+                $( out.push(OptionKey {
+                    key: format!("{prefix}{}", stringify!($field)),
+                    default: self.$field.show(),
+                    doc: $doc.trim(),
+                }); )*
+                $( $(
+                    self.$group.list(&format!("{prefix}{}.", stringify!($group)), out);
+                )* )?
+            }
+        }
+    };
+}
+
+options_group! {
+    /// Every plain-data setting of a [`DataLoader`](crate::DataLoader), with PyTorch's
+    /// defaults where PyTorch has the setting. What is not plain data (a sampler, a CPU
+    /// stage, a trace, a runtime) is given to the builder.
+    pub struct LoaderOptions {
+        /// Samples per batch.
+        batch_size: usize = 1,
+        /// A new random order every epoch, from the seed and the epoch.
+        shuffle: bool = false,
+        /// Seed of the shuffle and of random transforms.
+        seed: u64 = 0,
+        /// Drop the last batch of an epoch if it is short.
+        drop_last: bool = false,
+        /// Epochs the run reads (none: no end); nothing is fetched past the last.
+        epochs: Option<u64> = None,
+        /// How shards are shuffled: `local` (few large GETs) or `global` (a GET per sample).
+        shard_order: ShardOrder = ShardOrder::Local,
+        /// Samples shuffled together in shard-local order (none: 8 chunks' worth).
+        shuffle_buffer: Option<usize> = None,
+        /// This process's rank among `world_size` (DistributedSampler's semantics).
+        rank: usize = 0,
+        /// Processes that share each epoch; 1 reads it all.
+        world_size: usize = 1,
+        /// Read only the dataset indices `start..end` (none: all of them).
+        subset: Option<Range<usize>> = None,
+    }
+    groups {
+        /// How the engine fetches, decodes and orders.
+        engine: EngineOptions,
+        /// How each request to the store is bounded and retried.
+        storage: StorageOptions,
+        /// The cache in memory and on local disk.
+        cache: CacheOptions,
+    }
+}
+
+options_group! {
+    /// How the engine fetches, decodes and orders ([`Config`]).
+    pub struct EngineOptions {
+        /// `adaptive[:CAP]` (the default), `async:N` fixed in flight, `threads:N` or `sequential:N`.
+        fetch: Fetch = Fetch::default(),
+        /// Threads of the decode pool (none: one per core).
+        decode_threads: Option<usize> = None,
+        /// Finished batches kept ready for the consumer, at most.
+        prefetch: usize = 2,
+        /// Skip up to this many failing samples per epoch, reported (none: stop at the first).
+        skip_errors: Option<usize> = None,
+        /// `sampler` (exact order, resumable) or `as_completed` (no state to resume from).
+        order: Order = Order::Sampler,
+        /// Fetched bytes not yet decoded, at most.
+        max_buffered_bytes: u64 = loader_scheduler::DEFAULT_MAX_BUFFERED_BYTES,
+        /// Decoded samples and finished batches held for the consumer, in bytes, at most.
+        max_decoded_bytes: u64 = loader_scheduler::DEFAULT_MAX_DECODED_BYTES,
+        /// Ranged samples of one object closer than this many bytes are read in one request.
+        coalesce_gap: u64 = 256 << 10,
+        /// A coalesced request reads at most this many bytes.
+        max_coalesced_bytes: u64 = 16 << 20,
+        /// Send a request again: `stalls` (only a stalled one), `tail` (also slow ones), or `off`.
+        hedge: Option<Hedge> = Some(Hedge::stalls_only()),
+    }
+}
+
+options_group! {
+    /// How each request to the store is bounded and retried.
+    pub struct StorageOptions {
+        /// Seconds one attempt of one request may take before it is retried (none: no deadline).
+        request_timeout: Option<Duration> = Some(DEFAULT_REQUEST_TIMEOUT),
+        /// Retries of a failed or timed-out request (none: no retry layer at all).
+        max_retries: Option<u32> = Some(RetryConfig::default().max_attempts - 1),
+    }
+}
+
+options_group! {
+    /// The cache between the engine and the store; on when `dir` is set or `memory` is
+    /// above 0.
+    pub struct CacheOptions {
+        /// Directory of the disk tier (none: memory only).
+        dir: Option<PathBuf> = None,
+        /// Bytes of the memory tier (none: 256 MiB once the cache is on, 0: no memory tier).
+        memory: Option<u64> = None,
+        /// Bytes of the disk tier.
+        size: u64 = CacheConfig::default().disk_bytes,
+        /// What a full tier keeps: `future` (read soonest), `lru` or `pin-once`.
+        policy: CachePolicy = CachePolicy::Future,
+        /// Bytes of the unit in which ranged reads are cached.
+        block: u64 = CacheConfig::default().block_bytes,
+    }
+}
+
+/// A key no option has, naming those that exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    /// No option has this key.
+    #[error("no loader option {key:?}; the options are: {known}")]
+    Unknown {
+        /// The key given.
+        key: String,
+        /// Every key, comma-separated.
+        known: String,
+    },
+    /// The value does not fit the option.
+    #[error("loader option {key}: {problem}")]
+    Value {
+        /// The option.
+        key: String,
+        /// What is wrong with the value.
+        problem: String,
+    },
+}
+
+impl LoaderOptions {
+    /// Set the option at dotted `key` (`batch_size`, `engine.prefetch`, `cache.dir`, ...)
+    /// from its text; `none` unsets an optional one.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), OptionError> {
+        match self.set_key(key.trim(), value) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(problem)) => Err(OptionError::Value {
+                key: key.trim().to_owned(),
+                problem,
+            }),
+            None => Err(OptionError::Unknown {
+                key: key.to_owned(),
+                known: Self::default()
+                    .keys()
+                    .into_iter()
+                    .map(|k| k.key)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// Every option: its key, its default and what it does.
+    pub fn keys(&self) -> Vec<OptionKey> {
+        let defaults = Self::default();
+        let mut out = Vec::new();
+        defaults.list("", &mut out);
+        out
+    }
+
+    /// Refuse settings that make no sense, naming the option.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.batch_size == 0 {
+            return Err(ConfigError::NoBatchSize);
+        }
+        if let Some(timeout) = self.storage.request_timeout
+            && timeout.is_zero()
+        {
+            return Err(ConfigError::Option(
+                "storage.request_timeout must be above 0 seconds (none: no deadline)".into(),
+            ));
+        }
+        self.engine_config().validate().map_err(ConfigError::Engine)
+    }
+
+    /// The engine's settings (without a trace or runtime, which the builder adds).
+    pub fn engine_config(&self) -> Config {
+        let e = &self.engine;
+        let defaults = Config::default();
+        Config {
+            fetch: e.fetch,
+            decode_threads: e.decode_threads.unwrap_or(defaults.decode_threads),
+            prefetch: e.prefetch,
+            order: e.order,
+            error_policy: match e.skip_errors {
+                Some(max_failures) => ErrorPolicy::Skip { max_failures },
+                None => ErrorPolicy::Fail,
+            },
+            max_buffered_bytes: e.max_buffered_bytes,
+            max_decoded_bytes: e.max_decoded_bytes,
+            coalesce_gap: e.coalesce_gap,
+            max_coalesced_bytes: e.max_coalesced_bytes,
+            hedge: e.hedge,
+            ..defaults
+        }
+    }
+
+    /// The retry layer's settings, `None` without one.
+    pub fn retry_config(&self) -> Option<RetryConfig> {
+        self.storage.max_retries.map(|retries| RetryConfig {
+            max_attempts: retries.saturating_add(1),
+            ..RetryConfig::default()
+        })
+    }
+
+    /// The cache's settings when it is on: a directory, or a memory tier above 0.
+    pub fn cache_config(&self) -> Option<CacheConfig> {
+        let c = &self.cache;
+        if c.dir.is_none() && c.memory.is_none_or(|m| m == 0) {
+            return None;
+        }
+        let defaults = CacheConfig::default();
+        Some(CacheConfig {
+            dir: c.dir.clone(),
+            memory_bytes: c.memory.unwrap_or(defaults.memory_bytes),
+            disk_bytes: c.size,
+            policy: c.policy,
+            block_bytes: c.block,
+        })
+    }
+}
+
+impl OptionValue for bool {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(format!("{text:?} is not true or false")),
+        }
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+macro_rules! integer_value {
+    ($($ty:ty),*) => {$(
+        impl OptionValue for $ty {
+            fn parse(text: &str) -> Result<Self, String> {
+                text.replace('_', "")
+                    .parse()
+                    .map_err(|e| format!("{text:?} is not a whole number of at most {}: {e}", <$ty>::MAX))
+            }
+            fn show(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+integer_value!(usize, u64, u32);
+
+impl<T: OptionValue> OptionValue for Option<T> {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "" | "none" | "off" => Ok(None),
+            _ => T::parse(text).map(Some),
+        }
+    }
+    fn show(&self) -> String {
+        self.as_ref().map_or_else(|| "none".into(), T::show)
+    }
+}
+
+impl OptionValue for PathBuf {
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(PathBuf::from(text))
+    }
+    fn show(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+/// Seconds, as a decimal number.
+impl OptionValue for Duration {
+    fn parse(text: &str) -> Result<Self, String> {
+        text.parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(|| format!("{text:?} is not a number of seconds"))
+    }
+    fn show(&self) -> String {
+        format!("{}", self.as_secs_f64())
+    }
+}
+
+/// `start..end`.
+impl OptionValue for Range<usize> {
+    fn parse(text: &str) -> Result<Self, String> {
+        let (start, end) = text
+            .split_once("..")
+            .ok_or_else(|| format!("{text:?} is not a range start..end"))?;
+        Ok(usize::parse(start.trim())?..usize::parse(end.trim())?)
+    }
+    fn show(&self) -> String {
+        format!("{}..{}", self.start, self.end)
+    }
+}
+
+impl OptionValue for ShardOrder {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "local" => Ok(ShardOrder::Local),
+            "global" => Ok(ShardOrder::Global),
+            _ => Err(format!("{text:?}: local or global")),
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            ShardOrder::Local => "local",
+            ShardOrder::Global => "global",
+        }
+        .into()
+    }
+}
+
+impl OptionValue for Order {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().replace('-', "_").as_str() {
+            "sampler" => Ok(Order::Sampler),
+            "as_completed" => Ok(Order::AsCompleted),
+            _ => Err(format!("{text:?}: sampler or as_completed")),
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            Order::AsCompleted => "as_completed",
+            _ => "sampler",
+        }
+        .into()
+    }
+}
+
+impl OptionValue for CachePolicy {
+    fn parse(text: &str) -> Result<Self, String> {
+        text.parse()
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// `adaptive`, `adaptive:CAP`, `async:N`, `threads:N`, `sequential:N`.
+impl OptionValue for Fetch {
+    fn parse(text: &str) -> Result<Self, String> {
+        let lower = text.to_ascii_lowercase();
+        let (kind, n) = match lower.split_once(':') {
+            Some((kind, n)) => (kind.trim().to_owned(), Some(usize::parse(n.trim())?)),
+            None => (lower.trim().to_owned(), None),
+        };
+        let need =
+            |n: Option<usize>| n.ok_or_else(|| format!("{text:?}: give the count, e.g. {kind}:16"));
+        match kind.as_str() {
+            "adaptive" => Ok(Fetch::Adaptive {
+                max_in_flight: n.unwrap_or(loader_scheduler::DEFAULT_IN_FLIGHT_CAP),
+            }),
+            "async" => Ok(Fetch::Async {
+                max_in_flight: need(n)?,
+            }),
+            "threads" => Ok(Fetch::Threads { threads: need(n)? }),
+            "sequential" => Ok(Fetch::Sequential { workers: need(n)? }),
+            _ => Err(format!(
+                "{text:?}: adaptive[:CAP], async:N, threads:N or sequential:N"
+            )),
+        }
+    }
+    fn show(&self) -> String {
+        match *self {
+            Fetch::Adaptive { max_in_flight }
+                if max_in_flight == loader_scheduler::DEFAULT_IN_FLIGHT_CAP =>
+            {
+                "adaptive".into()
+            }
+            Fetch::Adaptive { max_in_flight } => format!("adaptive:{max_in_flight}"),
+            Fetch::Async { max_in_flight } => format!("async:{max_in_flight}"),
+            Fetch::Threads { threads } => format!("threads:{threads}"),
+            Fetch::Sequential { workers } => format!("sequential:{workers}"),
+        }
+    }
+}
+
+/// `stalls` ([`Hedge::stalls_only`]), `tail` ([`Hedge::default`]); `off` is `none`.
+impl OptionValue for Hedge {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.to_ascii_lowercase().as_str() {
+            "stalls" => Ok(Hedge::stalls_only()),
+            "tail" => Ok(Hedge::default()),
+            _ => Err(format!("{text:?}: stalls, tail or off")),
+        }
+    }
+    fn show(&self) -> String {
+        if *self == Hedge::stalls_only() {
+            "stalls".into()
+        } else if *self == Hedge::default() {
+            "tail".into()
+        } else {
+            "custom".into()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_sets_its_own_default_back() {
+        let defaults = LoaderOptions::default();
+        let keys = defaults.keys();
+        assert!(keys.len() >= 25, "{}", keys.len());
+        for k in &keys {
+            let mut options = LoaderOptions::default();
+            options
+                .set(&k.key, &k.default)
+                .unwrap_or_else(|e| panic!("{}: {e}", k.key));
+            assert_eq!(options, defaults, "{} = {}", k.key, k.default);
+            assert!(!k.doc.is_empty(), "{} has no doc", k.key);
+        }
+    }
+
+    #[test]
+    fn values_are_read_as_front_ends_write_them() {
+        let mut o = LoaderOptions::default();
+        for (key, value) in [
+            ("batch_size", "64"),
+            ("shuffle", "true"),
+            ("epochs", "3"),
+            ("subset", "10..20"),
+            ("engine.fetch", "async:32"),
+            ("engine.hedge", "off"),
+            ("engine.order", "as-completed"),
+            ("storage.request_timeout", "1.5"),
+            ("storage.max_retries", "none"),
+            ("cache.dir", "/tmp/c"),
+            ("cache.policy", "lru"),
+        ] {
+            o.set(key, value).unwrap();
+        }
+        assert_eq!((o.batch_size, o.shuffle, o.epochs), (64, true, Some(3)));
+        assert_eq!(o.subset, Some(10..20));
+        assert_eq!(o.engine.fetch, Fetch::Async { max_in_flight: 32 });
+        assert_eq!((o.engine.hedge, o.engine.order), (None, Order::AsCompleted));
+        assert_eq!(o.storage.request_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(o.retry_config(), None);
+        let cache = o.cache_config().unwrap();
+        assert_eq!(cache.dir, Some(PathBuf::from("/tmp/c")));
+        assert_eq!(cache.policy, CachePolicy::Lru);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused_by_name() {
+        let mut o = LoaderOptions::default();
+        let err = o.set("engine.prefech", "4").unwrap_err().to_string();
+        assert!(
+            err.contains("\"engine.prefech\"") && err.contains("engine.prefetch"),
+            "{err}"
+        );
+        let err = o.set("batch_size", "-1").unwrap_err().to_string();
+        assert!(
+            err.contains("batch_size") && err.contains("\"-1\""),
+            "{err}"
+        );
+        let err = o.set("engine.fetch", "threads").unwrap_err().to_string();
+        assert!(err.contains("threads:16"), "{err}");
+        o.set("storage.request_timeout", "0").unwrap();
+        let err = o.validate().unwrap_err().to_string();
+        assert!(err.contains("storage.request_timeout"), "{err}");
+    }
+
+    #[test]
+    fn the_cache_is_on_only_with_a_directory_or_memory() {
+        let mut o = LoaderOptions::default();
+        assert_eq!(o.cache_config(), None);
+        o.set("cache.memory", "0").unwrap();
+        assert_eq!(o.cache_config(), None);
+        o.set("cache.memory", "1000").unwrap();
+        assert_eq!(o.cache_config().map(|c| c.memory_bytes), Some(1000));
+    }
+}

@@ -1,0 +1,58 @@
+//! A loader's CPU stage and collate: the native image pipeline's, sharing buffers, or
+//! any other given to the builder.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use loader_decoder::{Output, Pipeline, Sample, SampleData, SampleKey};
+use loader_scheduler::{RawBatch, SampleInfo, Stage, StageError, Weigh};
+
+use crate::Result;
+use crate::batch::{Batch, collate_into};
+use crate::buffer::BufferPool;
+
+/// Turns the CPU stage's outputs for one batch into the batch type a caller wants; each
+/// sample's label, key and members ride with it in its `SampleInfo`.
+pub type Collate<T, B> = Arc<dyn Fn(RawBatch<T>) -> Result<B> + Send + Sync>;
+
+/// A loader's CPU stage, what weighs its outputs, and the collate that batches them.
+pub(crate) struct Stages<T, B> {
+    pub(crate) stage: Stage<T>,
+    pub(crate) weigh: Option<Weigh<T>>,
+    pub(crate) collate: Collate<T, B>,
+}
+
+/// The CPU stage of `pipeline` and the default collate, sharing buffers: the collate hands
+/// each sample's buffer back for the stage to write a later sample into, and each dropped
+/// batch hands its buffer back for a later batch.
+pub(crate) fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Sample, Batch>) {
+    let pool = Arc::new(BufferPool::default());
+    let shared = Arc::clone(&pool);
+    let stage = move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
+        let reuse = match pipeline.output() {
+            Output::F32Chw { .. } => SampleData::F32(shared.f32_samples.take(0)),
+            Output::U8Hwc => SampleData::U8(shared.u8_samples.take(0)),
+        };
+        let key = SampleKey {
+            epoch: info.epoch,
+            index: info.index,
+        };
+        Ok(pipeline.run_reusing(&bytes, key, reuse)?)
+    };
+    let collate = move |raw| collate_into(raw, &pool);
+    (Arc::new(stage), Arc::new(collate))
+}
+
+/// The bytes a decoded image holds, for the decoded-bytes bound.
+pub(crate) fn sample_weight() -> Weigh<Sample> {
+    Arc::new(sample_bytes)
+}
+
+/// The bytes `sample`'s pixels hold: what a [`weigh`](DataLoaderBuilder::weigh) of a stage
+/// that makes [`Sample`]s gives.
+pub fn sample_bytes(sample: &Sample) -> usize {
+    match &sample.data {
+        SampleData::F32(v) => v.len() * 4,
+        SampleData::U8(v) => v.len(),
+    }
+}
