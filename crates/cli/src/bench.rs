@@ -10,12 +10,14 @@ use loader_core::decoder::SampleData;
 use loader_core::storage::layer::{CacheConfig, StorageMetrics};
 use loader_core::webdataset::WebDataset;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, Pipeline, SampleKey, ShardOrder, StorageExt, from_url,
+    DataLoader, Dataset, DynStorage, LoaderOptions, Pipeline, SampleKey, ShardOrder, StorageExt,
+    from_url,
 };
 use loader_testkit::{DelayProxy, S3Server};
 
-use crate::report::{Cell, Report};
-use crate::{Result, Strategy, gen_data, run};
+use crate::options::{LoaderArgs, fetch, parse_store_options};
+use crate::report::{Cell, Format, Report};
+use crate::{Result, Strategy, gen_data};
 
 /// Arguments of `loader bench`.
 #[derive(Debug, clap::Args)]
@@ -37,13 +39,6 @@ pub struct Args {
     /// (shards, a global permutation: a ranged GET per image).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "files")]
     formats: Vec<Format>,
-    /// The loader's bound on fetched, undecoded bytes, in MB (default: the loader's).
-    #[arg(long)]
-    max_buffered_mb: Option<u64>,
-    /// The loader's bound on decoded images and finished batches, in MB (default: the
-    /// loader's).
-    #[arg(long)]
-    max_decoded_mb: Option<u64>,
     /// Also read each remote row through a disk cache as large as the dataset (async
     /// only): a cell for the first, cold epoch (after the warm-up, to the epoch's end) and
     /// one for the warm epochs after it; GET/img then counts the store's requests.
@@ -60,9 +55,6 @@ pub struct Args {
         default_value = "sequential,threads,async"
     )]
     strategies: Vec<Strategy>,
-    /// Samples per batch.
-    #[arg(long, default_value_t = 64)]
-    batch_size: usize,
     /// Requests in flight for `async`, fixed (default: set by the loader itself; the
     /// table then shows the limit it reached).
     #[arg(long)]
@@ -73,9 +65,6 @@ pub struct Args {
     /// Workers for `sequential` (default: one per core, as PyTorch's num_workers).
     #[arg(long)]
     workers: Option<usize>,
-    /// CPU threads for decoding (default: one per core).
-    #[arg(long)]
-    decode_threads: Option<usize>,
     /// Seconds of each cell before its clock starts: the loader first fills its prefetch
     /// and fetch window, work that timing from its start would charge to too few images.
     /// At least eight round trips: a new connection through the proxy takes two before its
@@ -106,28 +95,31 @@ pub struct Args {
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// The loader's options (each cell sets its fetch strategy, shuffle and shard order).
+    #[command(flatten)]
+    loader: LoaderArgs,
 }
 
-/// How the benchmark's dataset is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Format {
-    /// One object per image, read in order.
-    Files,
-    /// WebDataset shards, shuffled in shard-local order.
-    ShardsLocal,
-    /// WebDataset shards, one global permutation.
-    ShardsGlobal,
-}
+/// The batch size the benchmark measures unless `--batch-size` says otherwise: the paper's.
+const BENCH_BATCH_SIZE: usize = 64;
 
-impl Format {
-    /// The bucket holding this format's data.
-    fn bucket(self) -> &'static str {
-        match self {
-            Format::Files => "bench",
-            Format::ShardsLocal | Format::ShardsGlobal => "shards",
-        }
+/// The loader's options for every cell, refusing those the benchmark sets per cell.
+fn cell_options(args: &Args) -> Result<LoaderOptions> {
+    let mut options = args.loader.options()?;
+    let defaults = LoaderOptions::default();
+    if options.shuffle != defaults.shuffle
+        || options.shard_order != defaults.shard_order
+        || options.engine.fetch != defaults.engine.fetch
+        || options.cache != defaults.cache
+    {
+        return Err(
+            "the benchmark sets shuffle, shard_order, engine.fetch and the cache per \
+                    cell (--formats, --strategies, --cache); leave them out of --set"
+                .into(),
+        );
     }
+    options.batch_size = args.loader.batch_size.unwrap_or(BENCH_BATCH_SIZE);
+    Ok(options)
 }
 
 /// Peak resident memory of this process since the last reset, in MB (Linux).
@@ -149,11 +141,12 @@ fn cpu_time() -> Duration {
 }
 
 pub fn main(args: Args) -> Result {
-    if args.batch_size == 0 || args.max_images == 0 || args.seconds <= 0.0 || args.warmup < 0.0 {
-        return Err(
-            "--batch-size, --max-images and --seconds must be positive, --warmup not negative"
-                .into(),
-        );
+    if args.loader.listed() {
+        return Ok(());
+    }
+    let options = cell_options(&args)?;
+    if args.max_images == 0 || args.seconds <= 0.0 || args.warmup < 0.0 {
+        return Err("--max-images and --seconds must be positive, --warmup not negative".into());
     }
     if args.strategies.is_empty() {
         return Err("--strategies lists no strategy".into());
@@ -164,7 +157,7 @@ pub fn main(args: Args) -> Result {
             "bench-{}-{}-{}{}",
             args.dataset.images,
             args.dataset.classes,
-            args.dataset.seed,
+            args.dataset.data_seed,
             if args.dataset.tiny { "-tiny" } else { "" }
         ))
     });
@@ -242,7 +235,7 @@ pub fn main(args: Args) -> Result {
             }
             (None, Some(endpoint)) => {
                 let url = format!("s3://{}", args.bucket.as_deref().unwrap_or_default());
-                let mut options = run::parse_options(&args.options)?;
+                let mut options = parse_store_options(&args.options)?;
                 options.push(("aws_endpoint".into(), endpoint.clone()));
                 // An external endpoint holds one dataset, at --bucket.
                 let open: Open = Box::new(move |_: &str| Ok(from_url(&url, options.clone())?));
@@ -287,7 +280,6 @@ pub fn main(args: Args) -> Result {
     );
 
     let workers = args.workers.unwrap_or(cores);
-    let decode_threads = args.decode_threads.unwrap_or(cores);
     let mut cells = Vec::new();
     for (row, rtt, open, _proxy) in &rows {
         for (format, dataset) in &datasets {
@@ -298,7 +290,7 @@ pub fn main(args: Args) -> Result {
                     Strategy::Threads => args.threads,
                     Strategy::Async => args.max_in_flight.unwrap_or(0), // adaptive: the limit reached, after
                 };
-                let fetch = run::fetch(
+                let fetch = fetch(
                     strategy,
                     args.max_in_flight,
                     if strategy == Strategy::Sequential {
@@ -309,10 +301,8 @@ pub fn main(args: Args) -> Result {
                 );
                 let loader_of = |store: DynStorage| {
                     DataLoader::builder(store, dataset.clone())
-                        .batch_size(args.batch_size)
+                        .options(options.clone())
                         .fetch(fetch)
-                        .decode_threads(decode_threads)
-                        .prefetch(4)
                         .shuffle(*format != Format::Files)
                         .shard_order(if *format == Format::ShardsGlobal {
                             ShardOrder::Global
@@ -378,7 +368,7 @@ pub fn main(args: Args) -> Result {
     drop(server);
 
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = Report::new(cells, ceilings, cores, args.batch_size, command);
+    let report = Report::new(cells, ceilings, cores, options.batch_size, command);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -17,9 +17,9 @@ pub struct DataArgs {
     /// Number of classes.
     #[arg(long, default_value_t = 10)]
     pub classes: usize,
-    /// Seed of all content.
+    /// Seed of all content (`--seed` is the loader's, of its order).
     #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    pub data_seed: u64,
     /// Tiny 64x48 images instead of ImageNet-sized ones (for quick tries).
     #[arg(long)]
     pub tiny: bool,
@@ -33,7 +33,7 @@ impl DataArgs {
         } else {
             DatasetSpec::imagenet(self.images, self.classes)
         };
-        spec.with_seed(self.seed)
+        spec.with_seed(self.data_seed)
     }
 }
 

@@ -1,12 +1,12 @@
 //! `loader index`: build the index of WebDataset shards ahead of time, as sidecar files.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::webdataset::{Progress, SIDECAR_SUFFIX, WebDataset, split_url, write_atomically};
+use loader_core::webdataset::{SIDECAR_SUFFIX, WebDataset, split_url, write_atomically};
 
-use crate::{Result, run};
+use crate::Result;
+use crate::options::parse_store_options;
+use crate::progress::indexing_bar;
 
 /// Arguments of `loader index`.
 #[derive(Debug, clap::Args)]
@@ -24,7 +24,7 @@ pub struct Args {
 }
 
 pub fn main(args: Args) -> Result {
-    let options = run::parse_options(&args.options)?;
+    let options = parse_store_options(&args.options)?;
     let written = write_sidecars(&args.url, &options, args.out.as_deref(), true)?;
     println!("wrote {written} sidecar indexes");
     Ok(())
@@ -69,23 +69,4 @@ pub fn write_sidecars(
         write_atomically(&path, &index.to_json())?;
     }
     Ok(indexes.len())
-}
-
-/// A bar that shows shards being indexed, and the progress callback that drives it.
-pub fn indexing_bar(show: bool) -> (ProgressBar, Progress) {
-    let bar = if show {
-        ProgressBar::new(0)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("indexing shards {bar:30} {pos}/{len}, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let shown = bar.clone();
-    let progress: Progress = Arc::new(move |done, total| {
-        shown.set_length(total as u64);
-        shown.set_position(done as u64);
-    });
-    (bar, progress)
 }

@@ -3,6 +3,8 @@
 mod bench;
 mod gen_data;
 mod index;
+mod options;
+mod progress;
 mod report;
 mod run;
 mod serve;

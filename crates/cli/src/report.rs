@@ -8,6 +8,28 @@ use serde::Serialize;
 
 use crate::{Result, Strategy};
 
+/// How the benchmark's dataset is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// One object per image, read in order.
+    Files,
+    /// WebDataset shards, shuffled in shard-local order.
+    ShardsLocal,
+    /// WebDataset shards, one global permutation.
+    ShardsGlobal,
+}
+
+impl Format {
+    /// The bucket holding this format's data.
+    pub fn bucket(self) -> &'static str {
+        match self {
+            Format::Files => "bench",
+            Format::ShardsLocal | Format::ShardsGlobal => "shards",
+        }
+    }
+}
+
 /// One measured cell: a storage row and a strategy.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cell {
@@ -36,7 +58,7 @@ pub struct Cell {
     /// The engine's bottleneck line.
     pub bottleneck: String,
     /// How the dataset was stored.
-    pub format: crate::bench::Format,
+    pub format: Format,
     /// Storage requests per image delivered.
     pub gets_per_image: f64,
     /// Peak resident memory of the process (loader and in-process server) during the cell.
@@ -92,13 +114,13 @@ impl Report {
         batch_size: usize,
         command: String,
     ) -> Self {
-        let rate = |row: &str, format: crate::bench::Format, strategy: Strategy| {
+        let rate = |row: &str, format: Format, strategy: Strategy| {
             cells
                 .iter()
                 .find(|c| c.row == row && c.strategy == strategy && c.format == format)
                 .map(|c| c.images_per_sec)
         };
-        let at_zero = |format: crate::bench::Format, strategy: Strategy| {
+        let at_zero = |format: Format, strategy: Strategy| {
             cells
                 .iter()
                 .find(|c| {
@@ -109,7 +131,7 @@ impl Report {
                 })
                 .map(|c| c.images_per_sec)
         };
-        let local = |format: crate::bench::Format, strategy: Strategy| {
+        let local = |format: Format, strategy: Strategy| {
             cells
                 .iter()
                 .find(|c| c.rtt_ms.is_none() && c.strategy == strategy && c.format == format)

@@ -3,13 +3,11 @@
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::storage::layer::{CacheConfig, CachePolicy};
-use loader_core::webdataset::WebDataset;
-use loader_core::{
-    DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, Pipeline, ShardOrder, StorageExt,
-    from_url, store_url,
-};
+use loader_core::storage::layer::CachePolicy;
+use loader_core::{DataLoader, LoaderOptions, Pipeline, StorageExt, from_url, store_url};
 
+use crate::options::{LoaderArgs, ReadOrder, fetch, parse_size, parse_store_options};
+use crate::progress::open_dataset;
 use crate::{Result, Strategy};
 
 /// Arguments of `loader run`.
@@ -18,20 +16,21 @@ pub struct Args {
     /// Dataset URL: s3://bucket/prefix, http(s)://host/prefix, file:///dir or a path (an
     /// ImageFolder, or a prefix of WebDataset `.tar` shards), or shards as a brace list:
     /// s3://bucket/train-{000000..000127}.tar.
-    url: String,
+    #[arg(required_unless_present = "list_options")]
+    url: Option<String>,
     /// With --shuffle over shards: `local` (shards shuffled, samples within a buffer of
     /// chunks, few large GETs) or `global` (one permutation, a GET per sample).
-    #[arg(long, value_enum, default_value = "local")]
-    order: ReadOrder,
+    #[arg(long, value_enum)]
+    order: Option<ReadOrder>,
     /// A manifest key under the URL (CSV `key,label` or JSON lines) instead of listing.
     #[arg(long)]
     manifest: Option<String>,
     /// Store option as key=value (e.g. aws_endpoint=http://127.0.0.1:9000); repeatable.
     #[arg(long = "option", value_name = "KEY=VALUE")]
     options: Vec<String>,
-    /// Samples per batch.
-    #[arg(long, default_value_t = 64)]
-    batch_size: usize,
+    /// The loader's options.
+    #[command(flatten)]
+    loader: LoaderArgs,
     /// Fetch strategy.
     #[arg(long, value_enum, default_value = "async")]
     fetch: Strategy,
@@ -39,21 +38,16 @@ pub struct Args {
     /// from what it measures, up to 16,384).
     #[arg(long)]
     max_in_flight: Option<usize>,
-    /// Threads with `--fetch threads`; workers with `--fetch sequential`.
-    #[arg(long, default_value_t = 16)]
-    threads: usize,
-    /// CPU threads for decoding (default: one per core).
+    /// Threads with `--fetch threads`; workers with `--fetch sequential` (default: one per
+    /// core for `sequential`, 16 for `threads`).
     #[arg(long)]
-    decode_threads: Option<usize>,
-    /// Epochs to read.
+    threads: Option<usize>,
+    /// Epochs this run reads.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
     /// Shuffle each epoch.
     #[arg(long)]
     shuffle: bool,
-    /// Skip up to N failing samples per epoch (reported) instead of stopping at the first.
-    #[arg(long, value_name = "N")]
-    skip_errors: Option<usize>,
     /// Write a Chrome trace (chrome://tracing, Perfetto) of every fetch, decode and batch.
     #[arg(long, value_name = "FILE")]
     trace: Option<std::path::PathBuf>,
@@ -61,136 +55,85 @@ pub struct Args {
     /// local disk (a second process on the same directory reads it without writing).
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<std::path::PathBuf>,
-    /// The disk cache's budget, e.g. 2GB or 512MiB.
-    #[arg(long, value_name = "SIZE", default_value = "16GiB", value_parser = parse_size)]
-    cache_size: u64,
+    /// The disk cache's budget, e.g. 2GB or 512MiB (default 16 GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    cache_size: Option<u64>,
     /// The memory cache's budget (with or without --cache-dir); 0 for none.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     cache_memory: Option<u64>,
     /// What a full cache keeps: `future` (what the coming epochs read soonest), `lru`, or
     /// `pin-once` (what came first).
-    #[arg(long, value_name = "POLICY", default_value = "future")]
-    cache_policy: CachePolicy,
+    #[arg(long, value_name = "POLICY")]
+    cache_policy: Option<CachePolicy>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
 }
 
-/// A size as people write it: `2GB`, `512MiB`, `1.5 G`, or bytes.
-pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
-    text.trim()
-        .parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("{text:?} is not a size ({e}); write e.g. 2GB or 512MiB"))
-}
-
-/// How shards are shuffled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReadOrder {
-    /// Shard-local order.
-    Local,
-    /// A global permutation.
-    Global,
-}
-
-impl From<ReadOrder> for ShardOrder {
-    fn from(order: ReadOrder) -> Self {
-        match order {
-            ReadOrder::Local => ShardOrder::Local,
-            ReadOrder::Global => ShardOrder::Global,
+impl Args {
+    /// The loader's options: the shared flags, then this command's.
+    fn options(&self, cores: usize) -> Result<LoaderOptions> {
+        let mut o = self.loader.options()?;
+        let threads = match (self.fetch, self.threads) {
+            (_, Some(threads)) => threads,
+            (Strategy::Sequential, None) => cores,
+            (_, None) => 16,
+        };
+        o.engine.fetch = fetch(self.fetch, self.max_in_flight, threads);
+        o.shuffle |= self.shuffle;
+        o.epochs = Some(self.epochs);
+        if let Some(order) = self.order {
+            o.shard_order = order.into();
         }
-    }
-}
-
-/// The dataset at `url` on `store` (opened at the URL's root), with a progress bar while
-/// shards are indexed.
-pub fn open_dataset(
-    url: &str,
-    store: &DynStorage,
-    manifest: Option<&str>,
-    progress: bool,
-) -> Result<Dataset> {
-    let (bar, indexing) = crate::index::indexing_bar(progress);
-    let dataset =
-        Dataset::open_blocking(url, store, manifest, &WebDataset::new().progress(indexing))?;
-    bar.finish_and_clear();
-    Ok(dataset)
-}
-
-/// Split `key=value` options.
-pub fn parse_options(options: &[String]) -> Result<Vec<(String, String)>> {
-    options
-        .iter()
-        .map(|o| {
-            o.split_once('=')
-                .map(|(k, v)| (k.trim().to_owned(), v.to_owned()))
-                .ok_or_else(|| format!("--option {o:?} is not KEY=VALUE").into())
-        })
-        .collect()
-}
-
-/// The strategy with its concurrency; `async` without a fixed `max_in_flight` adapts.
-pub fn fetch(strategy: Strategy, max_in_flight: Option<usize>, threads: usize) -> Fetch {
-    match (strategy, max_in_flight) {
-        (Strategy::Sequential, _) => Fetch::Sequential { workers: threads },
-        (Strategy::Threads, _) => Fetch::Threads { threads },
-        (Strategy::Async, Some(max_in_flight)) => Fetch::Async { max_in_flight },
-        (Strategy::Async, None) => Fetch::default(),
+        if let Some(dir) = &self.cache_dir {
+            o.cache.dir = Some(dir.clone());
+        }
+        if let Some(size) = self.cache_size {
+            o.cache.size = size;
+        }
+        if let Some(memory) = self.cache_memory {
+            o.cache.memory = Some(memory);
+        }
+        if let Some(policy) = self.cache_policy {
+            o.cache.policy = policy;
+        }
+        o.validate()?;
+        Ok(o)
     }
 }
 
 pub fn main(args: Args) -> Result {
+    if args.loader.listed() {
+        return Ok(());
+    }
+    let Some(url) = args.url.as_deref() else {
+        return Err("give the dataset's URL".into());
+    };
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     // Retries and timeouts are the loader's defaults (and the dataset reads' own); the
     // metrics layer underneath counts every attempt.
-    let root = store_url(&args.url)?;
-    let store = from_url(&root, parse_options(&args.options)?)?.with_metrics();
+    let root = store_url(url)?;
+    let store = from_url(&root, parse_store_options(&args.options)?)?.with_metrics();
     let requests = store.metrics();
     let store = store.into_dyn();
     let store_name = store.name().to_owned();
-    let dataset = open_dataset(&args.url, &store, args.manifest.as_deref(), !args.json)?;
+    let dataset = open_dataset(url, &store, args.manifest.as_deref(), !args.json)?;
     eprintln!(
         "{} samples, {} classes at {}",
         dataset.len(),
         dataset.classes().len(),
         store.name()
     );
-    let workers = if args.fetch == Strategy::Sequential && args.threads == 16 {
-        cores
-    } else {
-        args.threads
-    };
+    let options = args.options(cores)?;
     let trace = args
         .trace
         .as_ref()
         .map(|_| std::sync::Arc::new(loader_core::Trace::new()));
-    let mut builder = DataLoader::builder(store, dataset);
+    let mut builder = DataLoader::builder(store, dataset).options(options);
     if let Some(trace) = &trace {
         builder = builder.trace(std::sync::Arc::clone(trace));
     }
-    let mut builder = builder
-        .batch_size(args.batch_size)
-        .shuffle(args.shuffle)
-        .shard_order(args.order.into())
-        .epochs(args.epochs)
-        .fetch(fetch(args.fetch, args.max_in_flight, workers))
-        .decode_threads(args.decode_threads.unwrap_or(cores))
-        .prefetch(4)
-        .error_policy(args.skip_errors.map_or(ErrorPolicy::Fail, |max_failures| {
-            ErrorPolicy::Skip { max_failures }
-        }))
-        .transform(Pipeline::imagenet_eval());
-    let caching = args.cache_dir.is_some() || args.cache_memory.is_some_and(|m| m > 0);
-    if caching {
-        let defaults = CacheConfig::default();
-        builder = builder.cache(CacheConfig {
-            dir: args.cache_dir.clone(),
-            memory_bytes: args.cache_memory.unwrap_or(defaults.memory_bytes),
-            disk_bytes: args.cache_size,
-            policy: args.cache_policy,
-            ..defaults
-        });
-    }
+    let builder = builder.transform(Pipeline::imagenet_eval());
     let mut loader = builder.build()?;
     let total = loader.len() as u64 * args.epochs;
     let bar = ProgressBar::new(total);
