@@ -38,6 +38,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::HostBuffer>()?;
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<loader::PyLoader>()?;
+    m.add_function(wrap_pyfunction!(loader::option_keys, m)?)?;
     m.add_function(wrap_pyfunction!(transform::_shutting_down, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

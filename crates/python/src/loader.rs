@@ -1,16 +1,14 @@
 //! `loader_ml._native.Loader`: loader-core's DataLoader behind a lock, waited on with the
 //! GIL released and Ctrl-C checked between short waits.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
-use loader_core::storage::layer::{CacheConfig, CachePolicy, RetryConfig};
 use loader_core::{
-    DataLoader, DistributedSampler, ErrorPolicy, Fetch, LoaderState, ShardOrder, collate,
-    sample_bytes,
+    DataLoader, DistributedSampler, LoaderOptions, LoaderState, collate, sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -24,6 +22,17 @@ use crate::transform::{self, Step};
 /// How long one wait for a batch lasts with the GIL released before Python's signal
 /// handlers get a chance to run (Ctrl-C raises within about this long).
 const TICK: Duration = Duration::from_millis(50);
+
+/// Every loader option: `(key, default, doc)`, as `LoaderOptions::keys` lists them; the
+/// Python package checks its keywords cover them.
+#[pyfunction]
+pub fn option_keys() -> Vec<(String, String, &'static str)> {
+    LoaderOptions::default()
+        .keys()
+        .into_iter()
+        .map(|k| (k.key, k.default, k.doc))
+        .collect()
+}
 
 /// A DataLoader over a [`PyDataset`]; the Python class `loader_ml.DataLoader` wraps it.
 #[pyclass(module = "loader_ml._native", name = "Loader", frozen)]
@@ -122,117 +131,47 @@ impl PyLoader {
 
 #[pymethods]
 impl PyLoader {
-    /// See `loader_ml.DataLoader` for the settings.
+    /// See `loader_ml.DataLoader` for the settings: `options` holds the loader's options
+    /// by key (`LoaderOptions::set`), the transform comes apart.
     #[new]
-    #[pyo3(signature = (
-        dataset, *, batch_size = 1, shuffle = false, seed = 0, drop_last = false,
-        transform = None, steps = None, transform_fn = None, num_workers = None,
-        max_in_flight = None, prefetch_factor = None, rank = None, world_size = None,
-        skip_errors = None, shard_order = "local", shuffle_buffer = None, cache_dir = None,
-        cache_size = None, cache_memory = None, cache_policy = "future", epochs = None,
-        request_timeout = None, max_retries = None,
-    ))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (dataset, *, options, transform = None, steps = None, transform_fn = None))]
     fn new(
         py: Python<'_>,
         dataset: &PyDataset,
-        batch_size: usize,
-        shuffle: bool,
-        seed: u64,
-        drop_last: bool,
+        options: BTreeMap<String, String>,
         transform: Option<String>,
         steps: Option<Vec<Step>>,
         transform_fn: Option<Py<PyAny>>,
-        num_workers: Option<usize>,
-        max_in_flight: Option<usize>,
-        prefetch_factor: Option<usize>,
-        rank: Option<usize>,
-        world_size: Option<usize>,
-        skip_errors: Option<usize>,
-        shard_order: &str,
-        shuffle_buffer: Option<usize>,
-        cache_dir: Option<PathBuf>,
-        cache_size: Option<u64>,
-        cache_memory: Option<u64>,
-        cache_policy: &str,
-        epochs: Option<u64>,
-        request_timeout: Option<f64>,
-        max_retries: Option<u32>,
     ) -> PyResult<Self> {
         let backend = dataset.store.name().to_owned();
         let config = |e: String| errors::config(e);
-        let (rank, world_size) = match (rank, world_size) {
-            (Some(r), Some(w)) => (r, w),
-            (None, None) => {
+        let mut settings = LoaderOptions::default();
+        for (key, value) in &options {
+            settings
+                .set(key, value)
+                .map_err(|e| config(e.to_string()))?;
+        }
+        // Ranks: as given, else the environment (RANK/WORLD_SIZE, SLURM's).
+        match (
+            options.contains_key("rank"),
+            options.contains_key("world_size"),
+        ) {
+            (true, true) => {}
+            (false, false) => {
                 let env = DistributedSampler::from_env(dataset.dataset.len())
                     .and_then(|b| b.build())
                     .map_err(|e| config(format!("rank and world size: {e}")))?;
-                (env.rank(), env.world_size())
+                (settings.rank, settings.world_size) = (env.rank(), env.world_size());
             }
             _ => {
                 return Err(config(
                     "give rank and world_size together, or neither".into(),
                 ));
             }
-        };
-        let shard_order = match shard_order {
-            "local" => ShardOrder::Local,
-            "global" => ShardOrder::Global,
-            other => return Err(config(format!("shard_order {other:?}: local or global"))),
-        };
-        let mut builder = DataLoader::builder(dataset.store.clone(), dataset.dataset.clone())
-            .batch_size(batch_size)
-            .shuffle(shuffle)
-            .seed(seed)
-            .drop_last(drop_last)
-            .shard_order(shard_order)
-            .error_policy(skip_errors.map_or(ErrorPolicy::Fail, |max_failures| {
-                ErrorPolicy::Skip { max_failures }
-            }));
-        if world_size > 1 {
-            builder = builder.distributed(rank, world_size);
         }
-        if let Some(threads) = num_workers {
-            // PyTorch's 0 means "in the main process": here, one decode thread.
-            builder = builder.decode_threads(threads.max(1));
-        }
-        if let Some(max_in_flight) = max_in_flight {
-            builder = builder.fetch(Fetch::Async { max_in_flight });
-        }
-        if let Some(batches) = prefetch_factor {
-            builder = builder.prefetch(batches.max(1));
-        }
-        if let Some(samples) = shuffle_buffer {
-            builder = builder.shuffle_buffer(samples);
-        }
-        if let Some(epochs) = epochs {
-            builder = builder.epochs(epochs);
-        }
-        if let Some(seconds) = request_timeout {
-            if !(seconds.is_finite() && seconds > 0.0) {
-                return Err(config(format!(
-                    "request_timeout {seconds}: seconds above 0"
-                )));
-            }
-            builder = builder.request_timeout(Some(Duration::from_secs_f64(seconds)));
-        }
-        if let Some(retries) = max_retries {
-            builder = builder.retry(Some(RetryConfig {
-                max_attempts: retries.saturating_add(1),
-                ..RetryConfig::default()
-            }));
-        }
-        if cache_dir.is_some() || cache_memory.is_some_and(|m| m > 0) {
-            let defaults = CacheConfig::default();
-            let policy: CachePolicy = cache_policy.parse().map_err(config)?;
-            builder = builder.cache(CacheConfig {
-                dir: cache_dir,
-                memory_bytes: cache_memory.unwrap_or(defaults.memory_bytes),
-                disk_bytes: cache_size.unwrap_or(defaults.disk_bytes),
-                policy,
-                ..defaults
-            });
-        }
+        let (rank, world_size, seed) = (settings.rank, settings.world_size, settings.seed);
+        let builder =
+            DataLoader::builder(dataset.store.clone(), dataset.dataset.clone()).options(settings);
         let pipeline = transform::pipeline(transform.as_deref(), steps, seed)?;
         let fatal = transform::Fatal::default();
         let builder = match transform_fn {

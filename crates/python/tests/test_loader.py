@@ -183,3 +183,28 @@ def test_a_python_transform_runs_per_sample(data_root: Path) -> None:
         assert b.images.dtype == numpy.float32 and b.images.shape == (8, 3, 40, 56)
         expected = a.images[:, :, ::-1].transpose(0, 3, 1, 2) / numpy.float32(255)
         assert numpy.allclose(b.images, expected)
+
+
+def test_every_native_option_is_a_keyword_documented_with_the_same_default() -> None:
+    """One declaration of the options (Rust's ``LoaderOptions``): a new one that the Python
+    package forgets fails here, in the table, the signature or the docstring."""
+    import inspect
+
+    from loader_ml import _native
+    from loader_ml.loader import _OPTIONS, _option_text
+
+    keys = {key: default for key, default, _doc in _native.option_keys()}
+    assert set(_OPTIONS.values()) == set(keys), set(keys) ^ set(_OPTIONS.values())
+    signature = inspect.signature(loader_ml.DataLoader).parameters
+    doc = loader_ml.DataLoader.__doc__ or ""
+    for keyword, key in _OPTIONS.items():
+        assert keyword in signature, f"{key}: no keyword {keyword}"
+        assert keyword in doc, f"{keyword} is not in the docstring"
+        default = signature[keyword].default
+        if default is not None and keyword in ("batch_size", "shuffle", "seed", "drop_last",
+                                               "shard_order", "cache_policy", "order",
+                                               "hedge"):
+            # None defers to the native default; a written one must be the same.
+            assert _option_text(default) == keys[key], (key, default, keys[key])
+    stub = (Path(_native.__file__).parent / "_native.pyi").read_text()
+    assert "def option_keys" in stub and "options: dict[str, str]" in stub

@@ -37,33 +37,18 @@ class Dataset:
     @property
     def num_shards(self) -> int: ...
 
+def option_keys() -> list[tuple[str, str, str]]:
+    """Every loader option: ``(key, default, doc)``."""
+
 class Loader:
     def __init__(
         self,
         dataset: Dataset,
         *,
-        batch_size: int = 1,
-        shuffle: bool = False,
-        seed: int = 0,
-        drop_last: bool = False,
+        options: dict[str, str],
         transform: str | None = None,
         steps: list[tuple[str, list[float]]] | None = None,
         transform_fn: Any = None,
-        num_workers: int | None = None,
-        max_in_flight: int | None = None,
-        prefetch_factor: int | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        skip_errors: int | None = None,
-        shard_order: str = "local",
-        shuffle_buffer: int | None = None,
-        cache_dir: str | None = None,
-        cache_size: int | None = None,
-        cache_memory: int | None = None,
-        cache_policy: str = "future",
-        epochs: int | None = None,
-        request_timeout: float | None = None,
-        max_retries: int | None = None,
     ) -> None: ...
     def next_batch(
         self,

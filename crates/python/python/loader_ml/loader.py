@@ -199,6 +199,72 @@ def _close_live_loaders() -> None:
             pass
 
 
+#: Each keyword of :class:`DataLoader` that is a loader option, and its key in the native
+#: ``LoaderOptions``: the one place they meet. ``test_every_native_option_is_a_keyword``
+#: fails when an option has no keyword here, in the signature or in the docstring.
+_OPTIONS = {
+    "batch_size": "batch_size",
+    "shuffle": "shuffle",
+    "seed": "seed",
+    "drop_last": "drop_last",
+    "epochs": "epochs",
+    "shard_order": "shard_order",
+    "shuffle_buffer": "shuffle_buffer",
+    "rank": "rank",
+    "world_size": "world_size",
+    "subset": "subset",
+    "max_in_flight": "engine.fetch",
+    "num_workers": "engine.decode_threads",
+    "prefetch_factor": "engine.prefetch",
+    "skip_errors": "engine.skip_errors",
+    "order": "engine.order",
+    "max_buffered_bytes": "engine.max_buffered_bytes",
+    "max_decoded_bytes": "engine.max_decoded_bytes",
+    "coalesce_gap": "engine.coalesce_gap",
+    "max_coalesced_bytes": "engine.max_coalesced_bytes",
+    "hedge": "engine.hedge",
+    "request_timeout": "storage.request_timeout",
+    "max_retries": "storage.max_retries",
+    "cache_dir": "cache.dir",
+    "cache_memory": "cache.memory",
+    "cache_size": "cache.size",
+    "cache_policy": "cache.policy",
+    "cache_block": "cache.block",
+}
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _subset(value: Any) -> str:
+    if isinstance(value, range) and value.step == 1:
+        return f"{value.start}..{value.stop}"
+    if isinstance(value, tuple) and len(value) == 2:
+        return f"{int(value[0])}..{int(value[1])}"
+    raise ConfigError(f"subset {value!r}: give range(start, stop) or (start, stop)")
+
+
+#: Keywords in torch's terms, turned into the option's value.
+_CONVERT: dict[str, Any] = {
+    # A fixed number of requests in flight is the async strategy at that number.
+    "max_in_flight": lambda n: f"async:{n}",
+    # PyTorch's 0 means "in the main process": here, one decode thread.
+    "num_workers": lambda n: max(1, n),
+    "prefetch_factor": lambda n: max(1, n),
+    "subset": _subset,
+}
+
+
+def _option_text(value: Any) -> str:
+    """A value as ``LoaderOptions.set`` reads it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
 class DataLoader:
     """Batches of a dataset at a URL, with PyTorch's names.
 
@@ -247,6 +313,17 @@ class DataLoader:
         epochs: epochs to read at most (the loader does not prefetch past the last).
         request_timeout: seconds one attempt of one request may take (default 30).
         max_retries: retries of a failed request (default 9, with backoff, within 2 min).
+        subset: read only the dataset indices ``range(start, stop)`` (a split).
+        order: ``"sampler"`` (exact, resumable) or ``"as_completed"`` (no head-of-line
+            blocking behind a slow request, but no state to resume from).
+        hedge: send a request again when ``"stalls"`` (unanswered after many times the
+            recent p99; the default), also when slow (``"tail"``), or never (``"off"``).
+        max_buffered_bytes, max_decoded_bytes: bounds on fetched-undecoded and on decoded
+            bytes held (default 1 GiB each).
+        coalesce_gap, max_coalesced_bytes: ranged samples of one object closer than
+            ``coalesce_gap`` bytes are read in one request of at most
+            ``max_coalesced_bytes`` (default 256 KiB and 16 MiB).
+        cache_block: the unit of ranged reads in the cache, in bytes.
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
 
     Each ``iter()`` reads one epoch, as torch's DataLoader: iterating again reads the next
@@ -280,8 +357,17 @@ class DataLoader:
         epochs: int | None = None,
         request_timeout: float | None = None,
         max_retries: int | None = None,
+        subset: range | tuple[int, int] | None = None,
+        order: Literal["sampler", "as_completed"] = "sampler",
+        hedge: Literal["stalls", "tail", "off"] = "stalls",
+        max_buffered_bytes: int | None = None,
+        max_decoded_bytes: int | None = None,
+        coalesce_gap: int | None = None,
+        max_coalesced_bytes: int | None = None,
+        cache_block: int | None = None,
         output: Literal["auto", "torch", "numpy"] = "auto",
     ) -> None:
+        given = {k: v for k, v in locals().items() if k in _OPTIONS}
         if isinstance(dataset, (str, os.PathLike)):
             dataset = Dataset(os.fspath(dataset), manifest=manifest,
                               storage_options=storage_options)
@@ -329,16 +415,14 @@ class DataLoader:
             self._torch = None
         else:
             raise ConfigError(f"output {output!r}: auto, torch or numpy")
+        if self._ranks_from != "environment":
+            given["rank"], given["world_size"] = rank, world_size
+        options = {
+            _OPTIONS[kw]: _option_text(_CONVERT.get(kw, _same)(value))
+            for kw, value in given.items() if value is not None
+        }
         self._native = _native.Loader(
-            dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-            transform=name, steps=steps, transform_fn=function, num_workers=num_workers,
-            max_in_flight=max_in_flight, prefetch_factor=prefetch_factor, rank=rank,
-            world_size=world_size, skip_errors=skip_errors, shard_order=shard_order,
-            shuffle_buffer=shuffle_buffer,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            cache_size=cache_size, cache_memory=cache_memory, cache_policy=cache_policy,
-            epochs=epochs, request_timeout=request_timeout, max_retries=max_retries,
-        )
+            dataset, options=options, transform=name, steps=steps, transform_fn=function)
         self.batch_size = batch_size
         self._pass = 0
         _LIVE.add(self)
