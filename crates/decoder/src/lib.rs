@@ -38,6 +38,7 @@ mod image;
 mod jpeg_markers;
 mod pipeline;
 mod resize;
+mod spec;
 
 pub use decode::{ColorMode, DecodeOptions, Format, decode};
 pub use error::{DecodeError, DecodeErrorKind, Result};
@@ -47,3 +48,4 @@ pub use pipeline::{
     Transform,
 };
 pub use resize::Filter;
+pub use spec::{Size, TRANSFORM_STEPS, TransformSpec};

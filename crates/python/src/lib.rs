@@ -35,10 +35,19 @@ use pyo3::prelude::*;
 /// The extension module, `loader_ml._native`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The library's warnings (a cache directory another process owns, a detached thread)
+    // on stderr, unless the embedding program installed a subscriber of its own.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .without_time()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .try_init();
     m.add_class::<buffer::HostBuffer>()?;
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_function(wrap_pyfunction!(loader::option_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(transform::transform_steps, m)?)?;
     m.add_function(wrap_pyfunction!(transform::_shutting_down, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

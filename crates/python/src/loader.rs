@@ -17,7 +17,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use crate::buffer::HostBuffer;
 use crate::dataset::PyDataset;
 use crate::errors::{self, Failure, Kind};
-use crate::transform::{self, Step};
+use crate::transform;
 
 /// How long one wait for a batch lasts with the GIL released before Python's signal
 /// handlers get a chance to run (Ctrl-C raises within about this long).
@@ -140,7 +140,7 @@ impl PyLoader {
         dataset: &PyDataset,
         options: BTreeMap<String, String>,
         transform: Option<String>,
-        steps: Option<Vec<Step>>,
+        steps: Option<String>,
         transform_fn: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let backend = dataset.store.name().to_owned();
@@ -172,7 +172,7 @@ impl PyLoader {
         let (rank, world_size, seed) = (settings.rank, settings.world_size, settings.seed);
         let builder =
             DataLoader::builder(dataset.store.clone(), dataset.dataset.clone()).options(settings);
-        let pipeline = transform::pipeline(transform.as_deref(), steps, seed)?;
+        let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
         let fatal = transform::Fatal::default();
         let builder = match transform_fn {
             Some(callable) => {

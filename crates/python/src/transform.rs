@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use loader_core::decoder::SampleData;
-use loader_core::decoder::{Filter, IMAGENET_MEAN, IMAGENET_STD, Transform};
+use loader_core::decoder::{TRANSFORM_STEPS, TransformSpec};
 use loader_core::{Buffer, HostTensor, Pipeline, Sample, SampleInfo, SampleKey, StageError};
 use pyo3::buffer::PyBuffer;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,13 +16,9 @@ use pyo3::prelude::*;
 
 use crate::buffer::HostBuffer;
 
-/// One step of a spec, as the Python side hands it over: torchvision's class name and its
-/// numeric arguments.
-pub type Step = (String, Vec<f64>);
-
-/// The pipeline a spec names: `imagenet_eval`, `imagenet_train`, torchvision-named steps,
-/// or (no spec) decoding alone, to u8 HWC.
-pub fn pipeline(named: Option<&str>, steps: Option<Vec<Step>>, seed: u64) -> PyResult<Pipeline> {
+/// The pipeline a spec names: `imagenet_eval`, `imagenet_train`, steps (a JSON list of
+/// `TransformSpec`s, torchvision's names as tags), or (neither) decoding alone, to u8 HWC.
+pub fn pipeline(named: Option<&str>, steps: Option<&str>, seed: u64) -> PyResult<Pipeline> {
     match (named, steps) {
         (Some(_), Some(_)) => Err(errors::config("give a transform name or steps, not both")),
         (Some("imagenet_eval"), None) => Ok(Pipeline::imagenet_eval()),
@@ -32,123 +28,34 @@ pub fn pipeline(named: Option<&str>, steps: Option<Vec<Step>>, seed: u64) -> PyR
              torchvision-named steps, a callable, or None"
         ))),
         (None, steps) => {
-            let mut builder = Pipeline::builder().seed(seed);
-            let mut order = Order::default();
-            for (name, args) in steps.unwrap_or_default() {
-                order.check(&name)?;
-                builder = step(builder, &name, &args)?;
-            }
-            builder
-                .build()
+            let values: Vec<serde_json::Value> = match steps {
+                Some(json) => serde_json::from_str(json)
+                    .map_err(|e| errors::config(format!("transform steps: {e}")))?,
+                None => Vec::new(),
+            };
+            // One at a time, so an error names the step it is about.
+            let steps = values
+                .into_iter()
+                .enumerate()
+                .map(|(i, value)| {
+                    let shown = value.to_string();
+                    serde_json::from_value::<TransformSpec>(value)
+                        .map_err(|e| errors::config(format!("transform step {i} {shown}: {e}")))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            TransformSpec::pipeline(&steps, seed)
                 .map_err(|e| errors::config(format!("transform: {e}")))
         }
     }
 }
 
-/// Where a spec is in torchvision's order: the steps on the image, then `ToTensor`, then
-/// `Normalize`. A spec out of that order is refused, never run as some other pipeline (a
-/// `Normalize` before `ToTensor` was once silently dropped).
-#[derive(Default)]
-struct Order {
-    tensor: bool,
-    normalized: bool,
-}
-
-impl Order {
-    fn check(&mut self, name: &str) -> PyResult<()> {
-        match name {
-            "ToTensor" if self.tensor => Err(errors::config(
-                "ToTensor twice: the second would get a tensor (torchvision raises too)",
-            )),
-            "ToTensor" => {
-                self.tensor = true;
-                Ok(())
-            }
-            "Normalize" | "ImageNetNormalize" if !self.tensor => Err(errors::config(format!(
-                "{name} before ToTensor: Normalize takes a float tensor (torchvision raises \
-                 too); put ToTensor first"
-            ))),
-            "Normalize" | "ImageNetNormalize" if self.normalized => Err(errors::config(
-                "Normalize twice: the native pipeline normalizes once; fold the two into one",
-            )),
-            "Normalize" | "ImageNetNormalize" => {
-                self.normalized = true;
-                Ok(())
-            }
-            _ if self.tensor => Err(errors::config(format!(
-                "{name} after ToTensor: native steps run on the uint8 image, before ToTensor \
-                 (torchvision would run it on the float tensor, with other pixels); put it \
-                 before ToTensor, or pass the pipeline as a callable"
-            ))),
-            _ => Ok(()),
-        }
-    }
-}
-
-fn step(
-    builder: loader_core::decoder::PipelineBuilder,
-    name: &str,
-    args: &[f64],
-) -> PyResult<loader_core::decoder::PipelineBuilder> {
-    let bad =
-        |expected: &str| errors::config(format!("{name}{args:?}: expected {name}({expected})"));
-    let size = |i: usize| -> PyResult<usize> {
-        let v = *args.get(i).ok_or_else(|| bad("size"))?;
-        if v < 1.0 || v.fract() != 0.0 || v > 1e6 {
-            return Err(bad("size, a positive whole number of pixels"));
-        }
-        Ok(v as usize)
-    };
-    let pair = || -> PyResult<(usize, usize)> {
-        match args.len() {
-            1 => Ok((size(0)?, size(0)?)),
-            2 => Ok((size(0)?, size(1)?)),
-            _ => Err(bad("size or (height, width)")),
-        }
-    };
-    Ok(match name {
-        "Resize" if args.len() == 1 => builder.resize(size(0)?),
-        "Resize" => return Err(bad("size: the shorter side")),
-        "CenterCrop" => {
-            let (height, width) = pair()?;
-            builder.then(Transform::CenterCrop { height, width })
-        }
-        // Size, or (height, width), optionally followed by scale and ratio bounds.
-        "RandomResizedCrop" => {
-            let (height, width, scale, ratio) = match *args {
-                [_] => (size(0)?, size(0)?, (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)),
-                [_, _] => (size(0)?, size(1)?, (0.08, 1.0), (3.0 / 4.0, 4.0 / 3.0)),
-                [_, _, s0, s1, r0, r1] => (size(0)?, size(1)?, (s0, s1), (r0, r1)),
-                _ => return Err(bad("size or (height, width), then scale and ratio bounds")),
-            };
-            builder.then(Transform::RandomResizedCrop {
-                height,
-                width,
-                scale,
-                ratio,
-                filter: Filter::Bilinear,
-            })
-        }
-        "RandomHorizontalFlip" => match args {
-            [] => builder.random_horizontal_flip(0.5),
-            [p] if (0.0..=1.0).contains(p) => builder.random_horizontal_flip(*p),
-            _ => return Err(bad("p between 0 and 1")),
-        },
-        "ToTensor" if args.is_empty() => builder.to_tensor_normalized(&[0.0; 3], &[1.0; 3]),
-        "Normalize" if !args.is_empty() && args.len().is_multiple_of(2) => {
-            let (mean, std) = args.split_at(args.len() / 2);
-            let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
-            builder.to_tensor_normalized(&f(mean), &f(std))
-        }
-        "Normalize" => return Err(bad("mean, std: one value each per channel")),
-        "ImageNetNormalize" => builder.to_tensor_normalized(&IMAGENET_MEAN, &IMAGENET_STD),
-        _ => {
-            return Err(errors::config(format!(
-                "unknown transform step {name:?}; known: Resize, CenterCrop, RandomResizedCrop, \
-                 RandomHorizontalFlip, ToTensor, Normalize"
-            )));
-        }
-    })
+/// The steps a spec may name, each with its fields in torchvision's positional order.
+#[pyfunction]
+pub fn transform_steps() -> Vec<(&'static str, Vec<&'static str>)> {
+    TRANSFORM_STEPS
+        .iter()
+        .map(|(name, fields)| (*name, fields.to_vec()))
+        .collect()
 }
 
 /// The CPU stage for a Python `transform`: decode to u8 HWC with `decode`, then call

@@ -37,6 +37,9 @@ class Dataset:
     @property
     def num_shards(self) -> int: ...
 
+def transform_steps() -> list[tuple[str, list[str]]]:
+    """Every step a transform spec may name, with its fields in positional order."""
+
 def option_keys() -> list[tuple[str, str, str]]:
     """Every loader option: ``(key, default, doc)``."""
 
@@ -47,7 +50,7 @@ class Loader:
         *,
         options: dict[str, str],
         transform: str | None = None,
-        steps: list[tuple[str, list[float]]] | None = None,
+        steps: str | None = None,
         transform_fn: Any = None,
     ) -> None: ...
     def next_batch(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import sys
 import warnings
@@ -62,20 +63,22 @@ def _torch_or_none() -> Any:
     return torch
 
 
-_NATIVE_STEPS = (
-    "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize",
-)
+#: The steps the native pipeline runs, each with its parameters in torchvision's
+#: positional order: from the native module, where the spec is declared.
+_STEP_FIELDS: dict[str, list[str]] = dict(_native.transform_steps())
+_NATIVE_STEPS = tuple(name for name in _STEP_FIELDS if name != "ImageNetNormalize")
 
 
 def _is_torchvision(step: Any) -> bool:
     return type(step).__module__.startswith("torchvision.transforms")
 
 
-def _size(value: Any) -> list[float]:
+def _size(value: Any) -> Any:
+    """torchvision's size: one int, or ``[height, width]``."""
     if isinstance(value, int):
-        return [float(value)]
-    sizes = [float(v) for v in value]
-    return sizes
+        return value
+    sizes = list(value)
+    return sizes[0] if len(sizes) == 1 else sizes
 
 
 def _bilinear_antialiased(name: str, step: Any) -> None:
@@ -92,7 +95,7 @@ def _bilinear_antialiased(name: str, step: Any) -> None:
             "on PIL images always is); drop antialias=False or pass a callable")
 
 
-def _torchvision_step(step: Any) -> tuple[str, list[float]]:
+def _torchvision_step(step: Any) -> dict[str, Any]:
     """A torchvision transform object as a native step. Every parameter of the class is
     read: one the native pipeline would not honour is refused, so nothing trains on other
     pixels than asked for."""
@@ -104,19 +107,20 @@ def _torchvision_step(step: Any) -> tuple[str, list[float]]:
         if getattr(step, "max_size", None) is not None:
             raise ConfigError("Resize(max_size=...) has no native equivalent")
         _bilinear_antialiased(name, step)
-        return "Resize", _size(size)
+        return {"step": "Resize", "size": _size(size)}
     if name == "CenterCrop":
-        return "CenterCrop", _size(step.size)
+        return {"step": "CenterCrop", "size": _size(step.size)}
     if name == "RandomResizedCrop":
         _bilinear_antialiased(name, step)
-        h, w = (_size(step.size) * 2)[:2]
-        return "RandomResizedCrop", [h, w, *map(float, step.scale), *map(float, step.ratio)]
+        return {"step": "RandomResizedCrop", "size": _size(step.size),
+                "scale": [*map(float, step.scale)], "ratio": [*map(float, step.ratio)]}
     if name == "RandomHorizontalFlip":
-        return "RandomHorizontalFlip", [float(step.p)]
+        return {"step": "RandomHorizontalFlip", "p": float(step.p)}
     if name == "ToTensor":
-        return "ToTensor", []
+        return {"step": "ToTensor"}
     if name == "Normalize":
-        return "Normalize", [*map(float, step.mean), *map(float, step.std)]
+        return {"step": "Normalize", "mean": [*map(float, step.mean)],
+                "std": [*map(float, step.std)]}
     raise ConfigError(_not_native(step))
 
 
@@ -129,9 +133,10 @@ def _not_native(step: Any) -> str:
         "numpy array and runs on the decode threads)")
 
 
-def _steps(spec: Any) -> list[tuple[str, list[float]]]:
-    """Steps given as ``("Resize", 256)``, ``"ToTensor"``, ``("Normalize", mean, std)`` or
-    torchvision transform objects (a ``Compose`` too, or one transform alone)."""
+def _steps(spec: Any) -> list[dict[str, Any]]:
+    """Steps given as ``("Resize", 256)``, ``"ToTensor"``, ``("Normalize", mean, std)``,
+    ``{"step": "Resize", "size": 256}`` or torchvision transform objects (a ``Compose`` too,
+    or one transform alone), as the native spec's dicts."""
     if type(spec).__name__ == "Compose" and _is_torchvision(spec):
         spec = spec.transforms
     elif _is_torchvision(spec):
@@ -140,21 +145,30 @@ def _steps(spec: Any) -> list[tuple[str, list[float]]]:
         raise ConfigError(
             f"transform {spec!r}: give a name (\"imagenet_eval\"), a list of steps, a "
             "torchvision transform or Compose, or a callable")
-    steps: list[tuple[str, list[float]]] = []
+    steps: list[dict[str, Any]] = []
     for step in spec:
         if isinstance(step, str):
-            steps.append((step, []))
+            step = (step,)
+        if isinstance(step, dict):
+            steps.append(step)
         elif isinstance(step, (tuple, list)) and step and isinstance(step[0], str):
-            args: list[float] = []
-            for arg in step[1:]:
-                args.extend(_size(arg) if not isinstance(arg, float) else [arg])
-            steps.append((step[0], args))
+            name, args = step[0], step[1:]
+            fields = _STEP_FIELDS.get(name)
+            if fields is None:
+                raise ConfigError(
+                    f"unknown transform step {name!r}; known: {', '.join(_NATIVE_STEPS)}")
+            if len(args) > len(fields):
+                raise ConfigError(f"{name}{tuple(args)!r}: {name} takes {', '.join(fields)}")
+            steps.append({"step": name, **{
+                field: _size(arg) if field == "size" else
+                [*map(float, arg)] if isinstance(arg, (tuple, list)) else arg
+                for field, arg in zip(fields, args)}})
         elif _is_torchvision(step):
             steps.append(_torchvision_step(step))
         else:
             raise ConfigError(
-                f"transform step {step!r}: give (name, *args), a name, or a torchvision "
-                "transform")
+                f"transform step {step!r}: give (name, *args), a name, a dict, or a "
+                "torchvision transform")
     return steps
 
 
@@ -422,7 +436,8 @@ class DataLoader:
             for kw, value in given.items() if value is not None
         }
         self._native = _native.Loader(
-            dataset, options=options, transform=name, steps=steps, transform_fn=function)
+            dataset, options=options, transform=name,
+            steps=None if steps is None else json.dumps(steps), transform_fn=function)
         self.batch_size = batch_size
         self._pass = 0
         _LIVE.add(self)
