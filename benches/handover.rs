@@ -99,7 +99,7 @@ fn run(hand: Hand, store: &DynStorage, dataset: &Dataset) -> Cell {
     let device = burn_tensor::Device::default();
     let (start, cpu) = (
         Instant::now(),
-        loader_core::process_cpu_time().unwrap_or_default(),
+        loader_core::scheduler::process_cpu_time().unwrap_or_default(),
     );
     let (mut call, mut batches) = (Duration::ZERO, 0);
     for _ in 0..EPOCHS {
@@ -113,7 +113,7 @@ fn run(hand: Hand, store: &DynStorage, dataset: &Dataset) -> Cell {
     }
     Cell {
         wall: start.elapsed(),
-        cpu: loader_core::process_cpu_time().unwrap_or_default() - cpu,
+        cpu: loader_core::scheduler::process_cpu_time().unwrap_or_default() - cpu,
         call,
         batches,
     }

@@ -23,7 +23,7 @@ use memory::memory_store;
 
 /// User + system CPU time of this process (loader and in-process server together).
 fn cpu_time() -> Duration {
-    loader_core::process_cpu_time().unwrap_or_default()
+    loader_core::scheduler::process_cpu_time().unwrap_or_default()
 }
 
 struct Cell {

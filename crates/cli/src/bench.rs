@@ -100,6 +100,15 @@ pub struct Args {
     loader: LoaderArgs,
 }
 
+/// Where generated data goes by default: `$LOADER_CACHE` if set, else the library's cache
+/// directory (the one shard indexes are kept in), else a temporary one.
+fn cache_dir() -> PathBuf {
+    std::env::var_os("LOADER_CACHE")
+        .map(PathBuf::from)
+        .or_else(loader_core::webdataset::default_cache_dir)
+        .unwrap_or_else(|| std::env::temp_dir().join("loader-cache"))
+}
+
 /// The batch size the benchmark measures unless `--batch-size` says otherwise: the paper's.
 const BENCH_BATCH_SIZE: usize = 64;
 
@@ -137,7 +146,7 @@ fn reset_peak_rss() {
 
 /// User + system CPU time of this process (loader and in-process server together).
 fn cpu_time() -> Duration {
-    loader_core::process_cpu_time().unwrap_or_default()
+    loader_core::scheduler::process_cpu_time().unwrap_or_default()
 }
 
 pub fn main(args: Args) -> Result {
@@ -153,7 +162,7 @@ pub fn main(args: Args) -> Result {
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let root = args.data.clone().unwrap_or_else(|| {
-        crate::cache_dir().join(format!(
+        cache_dir().join(format!(
             "bench-{}-{}-{}{}",
             args.dataset.images,
             args.dataset.classes,

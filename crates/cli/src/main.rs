@@ -1,15 +1,18 @@
 //! `loader`: generate a dataset, serve it, iterate it, and reproduce the paper's benchmark.
 
+#[cfg(feature = "tools")]
 mod bench;
+#[cfg(feature = "tools")]
 mod gen_data;
 mod index;
 mod options;
 mod progress;
+#[cfg(feature = "tools")]
 mod report;
 mod run;
+#[cfg(feature = "tools")]
 mod serve;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -25,14 +28,17 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Write a synthetic ImageNet-like dataset (class folders of JPEGs, or tar shards).
+    #[cfg(feature = "tools")]
     Gen(gen_data::Args),
     /// Build the index of WebDataset shards ahead of time, as sidecar files.
     Index(index::Args),
     /// Serve a directory over the in-process S3 or HTTP server, optionally with added RTT.
+    #[cfg(feature = "tools")]
     Serve(serve::Args),
     /// Iterate a dataset at a URL and report throughput and the bottleneck stage.
     Run(run::Args),
     /// Reproduce the paper: storage latency x fetch strategy, against the CPU ceiling.
+    #[cfg(feature = "tools")]
     Bench(bench::Args),
 }
 
@@ -48,27 +54,29 @@ pub enum Strategy {
     Async,
 }
 
-/// Where generated data goes by default: `$LOADER_CACHE` if set, else the library's cache
-/// directory (the one shard indexes are kept in), else a temporary one.
-pub fn cache_dir() -> PathBuf {
-    std::env::var_os("LOADER_CACHE")
-        .map(PathBuf::from)
-        .or_else(loader_core::webdataset::default_cache_dir)
-        .unwrap_or_else(|| std::env::temp_dir().join("loader-cache"))
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The library's warnings (a cache directory another process owns, a detached thread),
+    // which it reports through `tracing` rather than printing.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .without_time()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .try_init();
     // Every request in flight holds a socket, and the adaptive limit stops at half the soft
     // limit of open files: a default `ulimit -n` of 1,024 would hold it under what 500 ms
     // of latency needs. The command owns its process, so it takes what the hard limit
     // allows, as Go programs do.
     loader_core::storage::raise_open_files_limit();
     let result = match cli.command {
+        #[cfg(feature = "tools")]
         Command::Gen(args) => gen_data::main(args),
         Command::Index(args) => index::main(args),
+        #[cfg(feature = "tools")]
         Command::Serve(args) => serve::main(args),
         Command::Run(args) => run::main(args),
+        #[cfg(feature = "tools")]
         Command::Bench(args) => bench::main(args),
     };
     match result {

@@ -87,6 +87,6 @@ pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, Sampl
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};
 pub use loader_scheduler::{
     self as scheduler, ErrorPolicy, Fetch, Hedge, ItemError, LimitReason, Metrics, Order, RawBatch,
-    SampleInfo, StageError, Summary, Trace, process_cpu_time,
+    SampleInfo, StageError, Summary, Trace,
 };
 pub use loader_storage::{self as storage, DynStorage, Storage, StorageExt, from_url};

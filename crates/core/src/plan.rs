@@ -48,8 +48,7 @@ impl Planner {
         custom: Option<Arc<dyn Sampler>>,
     ) -> Result<(Self, OrderStamp)> {
         let sharded = !dataset.shards().is_empty();
-        let (rank, world) = (options.rank, options.world_size);
-        let seed = options.seed;
+        let (world, seed) = (options.world_size, options.seed);
         if let Some(range) = &options.subset {
             if custom.is_some() || world > 1 {
                 return Err(ConfigError::SubsetAndSampler.into());
@@ -64,56 +63,7 @@ impl Planner {
             }
         }
         let is_custom = custom.is_some();
-        let (sampler, chunked, kind): (Arc<dyn Sampler>, bool, SamplerKind) =
-            match (custom, options.shuffle) {
-                (Some(_), true) => {
-                    return Err(ConfigError::SamplerAndShuffle.into());
-                }
-                (Some(s), false) => (s, false, SamplerKind::Custom),
-                // Not chunked: a chunk at either end of the range holds samples outside it.
-                (None, shuffle) if options.subset.is_some() => {
-                    let range = options.subset.clone().unwrap_or_default();
-                    let kind = SamplerKind::Subset {
-                        start: range.start as u64,
-                        end: range.end as u64,
-                    };
-                    let indices: Vec<usize> = range.collect();
-                    let sampler = if shuffle {
-                        SubsetSampler::shuffled(indices, seed)
-                    } else {
-                        SubsetSampler::new(indices)
-                    };
-                    (Arc::new(sampler), false, kind)
-                }
-                (None, true) if sharded && options.shard_order == ShardOrder::Local => {
-                    let layout = dataset.shards().iter().map(|s| s.chunks.clone()).collect();
-                    let mut sampler = ShardSampler::new(layout, seed).rank(rank, world);
-                    if let Some(buffer) = options.shuffle_buffer {
-                        sampler = sampler.shuffle_buffer(buffer);
-                    }
-                    let kind = SamplerKind::ShardLocal {
-                        buffer: options.shuffle_buffer.map(|b| b as u64),
-                    };
-                    (Arc::new(sampler.build()?), true, kind)
-                }
-                (None, shuffle) if world > 1 => {
-                    let sampler = DistributedSampler::new(dataset.len(), rank, world)
-                        .shuffle(shuffle)
-                        .seed(seed)
-                        .build()?;
-                    (Arc::new(sampler), false, SamplerKind::Distributed)
-                }
-                (None, true) => (
-                    Arc::new(RandomSampler::new(dataset.len(), seed)?),
-                    false,
-                    SamplerKind::Plain,
-                ),
-                (None, false) => (
-                    Arc::new(SequentialSampler::new(dataset.len())),
-                    true,
-                    SamplerKind::Plain,
-                ),
-            };
+        let (sampler, chunked, kind) = choose_sampler(&dataset, options, custom)?;
         let stamp = OrderStamp {
             samples: dataset.len() as u64,
             dataset: crate::state::dataset_hash(&dataset),
@@ -300,4 +250,64 @@ impl Planner {
         }
         flags
     }
+}
+
+/// The sampler the options ask for (or `custom`): whether it reads by chunks, and what
+/// kind of order it is, for checkpoints.
+fn choose_sampler(
+    dataset: &Dataset,
+    options: &LoaderOptions,
+    custom: Option<Arc<dyn Sampler>>,
+) -> Result<(Arc<dyn Sampler>, bool, SamplerKind)> {
+    let sharded = !dataset.shards().is_empty();
+    let (rank, world, seed) = (options.rank, options.world_size, options.seed);
+    Ok(match (custom, options.shuffle) {
+        (Some(_), true) => {
+            return Err(ConfigError::SamplerAndShuffle.into());
+        }
+        (Some(s), false) => (s, false, SamplerKind::Custom),
+        // Not chunked: a chunk at either end of the range holds samples outside it.
+        (None, shuffle) if options.subset.is_some() => {
+            let range = options.subset.clone().unwrap_or_default();
+            let kind = SamplerKind::Subset {
+                start: range.start as u64,
+                end: range.end as u64,
+            };
+            let indices: Vec<usize> = range.collect();
+            let sampler = if shuffle {
+                SubsetSampler::shuffled(indices, seed)
+            } else {
+                SubsetSampler::new(indices)
+            };
+            (Arc::new(sampler), false, kind)
+        }
+        (None, true) if sharded && options.shard_order == ShardOrder::Local => {
+            let layout = dataset.shards().iter().map(|s| s.chunks.clone()).collect();
+            let mut sampler = ShardSampler::new(layout, seed).rank(rank, world);
+            if let Some(buffer) = options.shuffle_buffer {
+                sampler = sampler.shuffle_buffer(buffer);
+            }
+            let kind = SamplerKind::ShardLocal {
+                buffer: options.shuffle_buffer.map(|b| b as u64),
+            };
+            (Arc::new(sampler.build()?), true, kind)
+        }
+        (None, shuffle) if world > 1 => {
+            let sampler = DistributedSampler::new(dataset.len(), rank, world)
+                .shuffle(shuffle)
+                .seed(seed)
+                .build()?;
+            (Arc::new(sampler), false, SamplerKind::Distributed)
+        }
+        (None, true) => (
+            Arc::new(RandomSampler::new(dataset.len(), seed)?),
+            false,
+            SamplerKind::Plain,
+        ),
+        (None, false) => (
+            Arc::new(SequentialSampler::new(dataset.len())),
+            true,
+            SamplerKind::Plain,
+        ),
+    })
 }

@@ -263,8 +263,8 @@ fn own_runtime(
             if started.elapsed() >= SHUTDOWN_GRACE {
                 DETACHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 metrics.detached();
-                eprintln!(
-                    "loader: a blocking read did not return within {SHUTDOWN_GRACE:?} of the \
+                tracing::warn!(
+                    "a blocking read did not return within {SHUTDOWN_GRACE:?} of the \
                      loader's drop; its thread was detached (it ends when the read does)"
                 );
             }

@@ -63,8 +63,8 @@ impl Disk {
             write!(&lock, "{}", std::process::id())?;
         } else {
             let pid = fs::read_to_string(root.join("lock")).unwrap_or_default();
-            eprintln!(
-                "note: the cache directory {} is in use by another process (pid {}): this one \
+            tracing::warn!(
+                "the cache directory {} is in use by another process (pid {}): this one \
                  reads its entries but writes none; give each process (rank) a directory of \
                  its own to cache what it reads",
                 root.display(),

@@ -328,9 +328,9 @@ fn wrote(
             state.disk.remove(id);
             Counters::add(&counters.write_errors, 1);
             if std::mem::replace(&mut state.disk_writes, false) {
-                eprintln!(
-                    "warning: the cache could not write to {} ({e}); going on without \
-                     adding to the disk cache",
+                tracing::warn!(
+                    "the cache could not write to {} ({e}); going on without adding to the \
+                     disk cache",
                     root.display()
                 );
             }
