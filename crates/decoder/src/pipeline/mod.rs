@@ -1,0 +1,303 @@
+//! Transforms composed into one shareable, seeded pipeline. Rooms: `sample` (what a
+//! pipeline takes and gives), `builder` (the steps, checked), `view` (an image between
+//! steps, crops pending), `write` (the output: u8 HWC or normalized f32 CHW); here the
+//! pipeline itself and its runs.
+
+mod builder;
+mod sample;
+mod view;
+mod write;
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub use builder::PipelineBuilder;
+pub use sample::{Output, Sample, SampleData, SampleKey, Transform};
+use view::{View, pad};
+
+use crate::decode::decode_reusing;
+use crate::geometry::{self, Rect};
+
+use crate::{DecodeOptions, Image, Result};
+
+/// ImageNet's per-channel mean, for [`Output::F32Chw`].
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+/// ImageNet's per-channel standard deviation.
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+#[derive(Debug)]
+struct Inner {
+    transforms: Vec<Transform>,
+    output: Output,
+    decode: DecodeOptions,
+    seed: u64,
+    /// `((v / 255) - mean[c]) / std[c]` for every byte value, per channel: exact and fast.
+    lut: Vec<[f32; 256]>,
+}
+
+/// Decode options, transforms and an output format, ready to run on any thread.
+/// Cloning is cheap (shared), and it is `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    inner: Arc<Inner>,
+}
+
+thread_local! {
+    /// The last decoded image's pixel buffer, for the next image this thread decodes.
+    static PIXELS: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// A buffer bigger than this (a 2,400 x 2,400 RGB image) is freed, not kept per thread.
+const KEEP_PIXELS: usize = 16 << 20;
+
+/// Decode `bytes` into this thread's pixel buffer and run `f` on the image. A 500 x 375
+/// RGB image is 562 KB: allocated afresh per image, its pages were faulted in and zeroed
+/// each time, ~5% of a decode thread in a profile.
+fn with_pixels<R>(
+    bytes: &[u8],
+    options: &DecodeOptions,
+    f: impl FnOnce(&Image) -> Result<R>,
+) -> Result<R> {
+    let image = decode_reusing(bytes, options, PIXELS.take())?;
+    let out = f(&image);
+    if image.data.capacity() <= KEEP_PIXELS {
+        PIXELS.set(image.data);
+    }
+    out
+}
+
+fn mix(mut z: u64) -> u64 {
+    // SplitMix64's finaliser, to turn (seed, epoch, index) into independent streams.
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Pipeline {
+    /// Start with no transforms, u8 output, default decode options and seed 0.
+    pub fn builder() -> PipelineBuilder {
+        PipelineBuilder {
+            transforms: Vec::new(),
+            output: Output::U8Hwc,
+            decode: DecodeOptions::default(),
+            seed: 0,
+        }
+    }
+
+    /// torchvision's ImageNet evaluation transform: Resize(256), CenterCrop(224),
+    /// ToTensor, Normalize(ImageNet mean, std) → f32 `[3, 224, 224]`.
+    pub fn imagenet_eval() -> Pipeline {
+        Self::builder()
+            .resize(256)
+            .center_crop(224)
+            .to_tensor_normalized(&IMAGENET_MEAN, &IMAGENET_STD)
+            .build()
+            .expect("the ImageNet evaluation parameters are valid")
+    }
+
+    /// torchvision's ImageNet training transform: RandomResizedCrop(224),
+    /// RandomHorizontalFlip(0.5), ToTensor, Normalize → f32 `[3, 224, 224]`.
+    pub fn imagenet_train(seed: u64) -> Pipeline {
+        Self::builder()
+            .random_resized_crop(224)
+            .random_horizontal_flip(0.5)
+            .to_tensor_normalized(&IMAGENET_MEAN, &IMAGENET_STD)
+            .seed(seed)
+            .build()
+            .expect("the ImageNet training parameters are valid")
+    }
+
+    /// The decoder settings.
+    pub fn decode_options(&self) -> &DecodeOptions {
+        &self.inner.decode
+    }
+
+    /// The output kind.
+    pub fn output(&self) -> &Output {
+        &self.inner.output
+    }
+
+    /// The shape of every output when the last resizing step fixes it (a crop), for
+    /// 3-channel input: `[C, H, W]` for f32, `[H, W, C]` for u8.
+    pub fn output_shape(&self) -> Option<[usize; 3]> {
+        let (h, w) = self.inner.transforms.iter().rev().find_map(|t| match *t {
+            Transform::CenterCrop { height, width }
+            | Transform::RandomResizedCrop { height, width, .. } => Some(Some((height, width))),
+            Transform::Resize { .. } => Some(None),
+            Transform::RandomHorizontalFlip { .. } => None,
+        })??;
+        Some(match &self.inner.output {
+            Output::U8Hwc => [h, w, 3],
+            Output::F32Chw { mean, .. } => [mean.len(), h, w],
+        })
+    }
+
+    /// Decode `bytes` and transform them.
+    pub fn run(&self, bytes: &[u8], key: SampleKey) -> Result<Sample> {
+        with_pixels(bytes, &self.inner.decode, |image| self.apply(image, key))
+    }
+
+    /// Decode and transform straight into `out` (e.g. a slot of a batch buffer); returns
+    /// the shape written. `out` must have exactly the output's length.
+    pub fn run_into_f32(
+        &self,
+        bytes: &[u8],
+        key: SampleKey,
+        out: &mut [f32],
+    ) -> Result<[usize; 3]> {
+        with_pixels(bytes, &self.inner.decode, |image| {
+            let view = self.transform(image, key)?;
+            self.write_f32(&view, out)
+        })
+    }
+
+    /// Transform a decoded image into a new buffer.
+    pub fn apply(&self, image: &Image, key: SampleKey) -> Result<Sample> {
+        self.apply_reusing(image, key, SampleData::F32(Vec::new()))
+    }
+
+    /// [`run`](Self::run), writing the output into the memory of `reuse` (e.g. the data of
+    /// a sample already consumed) when it is of the output's type; its values are
+    /// discarded. A loader that hands consumed samples back allocates no fresh memory per
+    /// sample.
+    pub fn run_reusing(&self, bytes: &[u8], key: SampleKey, reuse: SampleData) -> Result<Sample> {
+        with_pixels(bytes, &self.inner.decode, |image| {
+            self.apply_reusing(image, key, reuse)
+        })
+    }
+
+    fn apply_reusing(&self, image: &Image, key: SampleKey, reuse: SampleData) -> Result<Sample> {
+        let view = self.transform(image, key)?;
+        let (h, w, c) = (view.rect.h, view.rect.w, view.image.channels);
+        match self.inner.output {
+            Output::U8Hwc => {
+                let mut out = match reuse {
+                    SampleData::U8(v) => v,
+                    SampleData::F32(_) => Vec::new(),
+                };
+                out.clear();
+                out.resize(h * w * c, 0);
+                let shape = self.write_u8(&view, &mut out)?;
+                Ok(Sample {
+                    shape,
+                    data: SampleData::U8(out),
+                })
+            }
+            Output::F32Chw { .. } => {
+                let out = match reuse {
+                    SampleData::F32(v) => v,
+                    SampleData::U8(_) => Vec::new(),
+                };
+                self.push_f32(&view, out)
+            }
+        }
+    }
+
+    /// Transform a decoded image into `out` as f32 CHW; returns the shape written.
+    pub fn apply_into_f32(
+        &self,
+        image: &Image,
+        key: SampleKey,
+        out: &mut [f32],
+    ) -> Result<[usize; 3]> {
+        let view = self.transform(image, key)?;
+        self.write_f32(&view, out)
+    }
+
+    /// Transform a decoded image into `out` as u8 HWC; returns the shape written.
+    pub fn apply_into_u8(
+        &self,
+        image: &Image,
+        key: SampleKey,
+        out: &mut [u8],
+    ) -> Result<[usize; 3]> {
+        let view = self.transform(image, key)?;
+        self.write_u8(&view, out)
+    }
+
+    fn transform<'a>(&self, image: &'a Image, key: SampleKey) -> Result<View<'a>> {
+        let seed = mix(mix(mix(self.inner.seed) ^ key.epoch) ^ key.index);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut view = View {
+            rect: Rect {
+                x: 0,
+                y: 0,
+                w: image.width,
+                h: image.height,
+            },
+            image: Cow::Borrowed(image),
+            flip: false,
+        };
+        let mut steps = self.inner.transforms.iter().peekable();
+        while let Some(t) = steps.next() {
+            match *t {
+                Transform::Resize { size, filter } => {
+                    let (h, w) = geometry::resize_shorter(view.rect.h, view.rect.w, size);
+                    let (h, w) = (h.max(1), w.max(1));
+                    match steps.peek() {
+                        Some(Transform::CenterCrop { height, width })
+                            if *height <= h && *width <= w =>
+                        {
+                            let (top, left) = geometry::center_crop_offsets(h, w, *height, *width);
+                            view.resize_and_crop(
+                                h,
+                                w,
+                                Rect {
+                                    x: left,
+                                    y: top,
+                                    w: *width,
+                                    h: *height,
+                                },
+                                filter,
+                            )?;
+                            steps.next();
+                        }
+                        _ => view.resize_to(h, w, filter)?,
+                    }
+                }
+                Transform::CenterCrop { height, width } => {
+                    if height > view.rect.h || width > view.rect.w {
+                        let padded = pad(&view.materialize(), height, width);
+                        view.replace(padded);
+                    }
+                    let (y, x) =
+                        geometry::center_crop_offsets(view.rect.h, view.rect.w, height, width);
+                    view.crop(Rect {
+                        x,
+                        y,
+                        w: width,
+                        h: height,
+                    });
+                }
+                Transform::RandomResizedCrop {
+                    height,
+                    width,
+                    scale,
+                    ratio,
+                    filter,
+                } => {
+                    let region = geometry::random_resized_crop(
+                        &mut rng,
+                        view.rect.h,
+                        view.rect.w,
+                        scale,
+                        ratio,
+                    );
+                    view.crop(region);
+                    view.resize_to(height, width, filter)?;
+                }
+                Transform::RandomHorizontalFlip { p } => {
+                    if rng.random::<f64>() < p {
+                        view.flip = !view.flip;
+                    }
+                }
+            }
+        }
+        Ok(view)
+    }
+}
