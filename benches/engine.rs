@@ -40,19 +40,30 @@ impl Storage for MapStore {
     fn name(&self) -> &str {
         "map"
     }
-    async fn get(&self, key: &str) -> loader_core::storage::Result<Bytes> {
-        self.0
-            .get(key)
-            .cloned()
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, "map", key, "no such key"))
-    }
-    async fn get_range(
+    async fn get_opts(
         &self,
         key: &str,
-        range: std::ops::Range<u64>,
-    ) -> loader_core::storage::Result<Bytes> {
-        let bytes = self.get(key).await?;
-        Ok(bytes.slice(range.start as usize..(range.end as usize).min(bytes.len())))
+        options: loader_core::storage::GetOptions,
+    ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    self.0
+                        .get(key)
+                        .cloned()
+                        .ok_or_else(|| Error::new(ErrorKind::NotFound, "map", key, "no such key"))
+                }
+                .await?
+            }
+            Some(range) => {
+                async {
+                    let bytes = self.get(key).await?;
+                    Ok(bytes.slice(range.start as usize..(range.end as usize).min(bytes.len())))
+                }
+                .await?
+            }
+        };
+        Ok(loader_core::storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> loader_core::storage::Result<ObjectMeta> {
         let bytes = self.get(key).await?;

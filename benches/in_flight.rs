@@ -53,16 +53,23 @@ impl Storage for Delayed {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    async fn get(&self, key: &str) -> loader_core::storage::Result<Bytes> {
-        tokio::time::sleep(Duration::from_millis(self.ms.load(Ordering::Relaxed))).await;
-        self.inner.get(key).await
-    }
-    async fn get_range(
+    async fn get_opts(
         &self,
         key: &str,
-        range: std::ops::Range<u64>,
-    ) -> loader_core::storage::Result<Bytes> {
-        self.inner.get_range(key, range).await
+        options: loader_core::storage::GetOptions,
+    ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    tokio::time::sleep(Duration::from_millis(self.ms.load(Ordering::Relaxed)))
+                        .await;
+                    self.inner.get(key).await
+                }
+                .await?
+            }
+            Some(range) => async { self.inner.get_range(key, range).await }.await?,
+        };
+        Ok(loader_core::storage::GetResult::new(bytes))
     }
     async fn head(
         &self,

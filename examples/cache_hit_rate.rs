@@ -40,11 +40,30 @@ impl Storage for MadeUp {
     fn name(&self) -> &str {
         "made-up://"
     }
-    async fn get(&self, _: &str) -> Result<Bytes> {
-        Ok(Bytes::from(vec![0u8; SAMPLE as usize]))
-    }
-    async fn get_range(&self, _: &str, range: Range<u64>) -> Result<Bytes> {
-        Ok(Bytes::from(vec![0u8; (range.end - range.start) as usize]))
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_core::storage::GetOptions,
+    ) -> Result<loader_core::storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    let _ = key;
+
+                    Ok(Bytes::from(vec![0u8; SAMPLE as usize]))
+                }
+                .await?
+            }
+            Some(range) => {
+                async {
+                    let _ = key;
+
+                    Ok(Bytes::from(vec![0u8; (range.end - range.start) as usize]))
+                }
+                .await?
+            }
+        };
+        Ok(loader_core::storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         let samples = if key.starts_with("shard") {

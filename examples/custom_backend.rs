@@ -2,7 +2,6 @@
 //!
 //! `cargo run -p loader-examples --example custom_backend`
 
-use std::ops::Range;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,7 +9,9 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use loader_storage::layer::RetryConfig;
-use loader_storage::{Error, ErrorKind, ObjectMeta, Result, Storage, StorageExt, check_key};
+use loader_storage::{
+    Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage, StorageExt, check_key,
+};
 
 /// A store whose object `n` is `n` repeated `n` times: handy synthetic data.
 #[derive(Debug)]
@@ -32,15 +33,19 @@ impl Storage for Counting {
         "counting://"
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        self.object(key).map(Bytes::from)
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+    /// The one read to write: `get`, `get_range` and `get_range_if` are made of it.
+    /// (This store has one version of each object, so `options.if_match` needs no check.)
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         let all = self.object(key)?;
-        let end = (range.end as usize).min(all.len());
-        let start = (range.start as usize).min(end);
-        Ok(Bytes::copy_from_slice(&all[start..end]))
+        let bytes = match options.range {
+            None => Bytes::from(all),
+            Some(range) => {
+                let end = (range.end as usize).min(all.len());
+                let start = (range.start as usize).min(end);
+                Bytes::copy_from_slice(&all[start..end])
+            }
+        };
+        Ok(GetResult::new(bytes))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -373,20 +373,30 @@ impl Storage for OneBadShard {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    async fn get(&self, key: &str) -> loader_core::storage::Result<Bytes> {
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> loader_core::storage::Result<Bytes> {
-        if key == "shard-000000.tar" {
-            return Err(loader_core::storage::Error::new(
-                ErrorKind::Other,
-                self.name(),
-                key,
-                "an HTML page, not a tar",
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        self.inner.get_range(key, range).await
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_core::storage::GetOptions,
+    ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
+        let bytes = match options.range {
+            None => async { self.inner.get(key).await }.await?,
+            Some(range) => {
+                async {
+                    if key == "shard-000000.tar" {
+                        return Err(loader_core::storage::Error::new(
+                            ErrorKind::Other,
+                            self.name(),
+                            key,
+                            "an HTML page, not a tar",
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    self.inner.get_range(key, range).await
+                }
+                .await?
+            }
+        };
+        Ok(loader_core::storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> loader_core::storage::Result<ObjectMeta> {
         self.inner.head(key).await

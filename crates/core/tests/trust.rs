@@ -359,15 +359,27 @@ impl Storage for HungMount {
     fn name(&self) -> &str {
         "hung://mount"
     }
-    async fn get(&self, _key: &str) -> StorageResult<Bytes> {
-        let _ = tokio::task::spawn_blocking(|| {
-            std::thread::sleep(Duration::from_secs(3600));
-        })
-        .await;
-        Ok(Bytes::new())
-    }
-    async fn get_range(&self, key: &str, _: std::ops::Range<u64>) -> StorageResult<Bytes> {
-        self.get(key).await
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_core::storage::GetOptions,
+    ) -> StorageResult<loader_core::storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    let _key = key;
+
+                    let _ = tokio::task::spawn_blocking(|| {
+                        std::thread::sleep(Duration::from_secs(3600));
+                    })
+                    .await;
+                    Ok(Bytes::new())
+                }
+                .await?
+            }
+            Some(_) => async { self.get(key).await }.await?,
+        };
+        Ok(loader_core::storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
         Ok(ObjectMeta::new(key, 0))
@@ -464,14 +476,24 @@ impl Storage for FlakyListing {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    async fn get(&self, key: &str) -> StorageResult<Bytes> {
-        if self.gets.fetch_add(1, Ordering::SeqCst) < 2 {
-            return Err(transient(self.name(), key));
-        }
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> StorageResult<Bytes> {
-        self.inner.get_range(key, range).await
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_core::storage::GetOptions,
+    ) -> StorageResult<loader_core::storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    if self.gets.fetch_add(1, Ordering::SeqCst) < 2 {
+                        return Err(transient(self.name(), key));
+                    }
+                    self.inner.get(key).await
+                }
+                .await?
+            }
+            Some(range) => async { self.inner.get_range(key, range).await }.await?,
+        };
+        Ok(loader_core::storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
         self.inner.head(key).await

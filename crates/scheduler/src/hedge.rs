@@ -410,7 +410,7 @@ impl Hedger {
             return Next::Send;
         }
         *tail_looked = true;
-        let retries = metrics.tally.retried() + metrics.throttled();
+        let retries = metrics.retried() + metrics.throttled();
         if self.spend(retries) {
             Next::Send
         } else {

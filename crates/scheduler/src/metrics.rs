@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use loader_storage::ErrorKind;
-use loader_storage::tally::RequestTally;
+use loader_storage::Served;
 
 use crate::limit::LimitReason;
 use crate::summary::{StageSummary, Summary};
@@ -54,7 +54,10 @@ pub struct Metrics {
     stalls_hedged: AtomicU64,
     hedges_in_flight: AtomicUsize,
     /// What the store's layers saw and hid (retries, throttling answers they retried).
-    pub(crate) tally: std::sync::Arc<RequestTally>,
+    /// Throttling answers and other failures that the store's retry layers repeated, as
+    /// requests' results ([`Served`]) report them.
+    layer_throttled: AtomicU64,
+    layer_retried: AtomicU64,
 }
 
 /// A latency histogram (microseconds, 2 significant digits) and a running total.
@@ -147,7 +150,8 @@ impl Metrics {
             hedges_won: AtomicU64::new(0),
             stalls_hedged: AtomicU64::new(0),
             hedges_in_flight: AtomicUsize::new(0),
-            tally: std::sync::Arc::default(),
+            layer_throttled: AtomicU64::new(0),
+            layer_retried: AtomicU64::new(0),
         }
     }
 
@@ -165,6 +169,19 @@ impl Metrics {
         }
     }
 
+    /// What a request met on its way, as its result (or error) tells.
+    pub(crate) fn served(&self, served: Served) {
+        self.layer_throttled
+            .fetch_add(u64::from(served.throttled), Ordering::Relaxed);
+        self.layer_retried
+            .fetch_add(u64::from(served.retries), Ordering::Relaxed);
+    }
+
+    /// Attempts the store's retry layers repeated for failures other than throttling.
+    pub(crate) fn retried(&self) -> u64 {
+        self.layer_retried.load(Ordering::Relaxed)
+    }
+
     /// Requests ended so far.
     pub(crate) fn fetches_done(&self) -> u64 {
         self.fetches_done.load(Ordering::Relaxed)
@@ -172,13 +189,13 @@ impl Metrics {
 
     /// Throttling answers so far: retried by a layer, or the request's last.
     pub(crate) fn throttled(&self) -> u64 {
-        self.tally.throttled() + self.throttled_last.load(Ordering::Relaxed)
+        self.layer_throttled.load(Ordering::Relaxed) + self.throttled_last.load(Ordering::Relaxed)
     }
 
     /// The store's failures so far: attempts retried, and requests failed with a retryable
     /// kind of error.
     pub(crate) fn store_errors(&self) -> u64 {
-        self.tally.retried() + self.fetch_errors.load(Ordering::Relaxed)
+        self.retried() + self.fetch_errors.load(Ordering::Relaxed)
     }
 
     /// `items` fetched items were queued for the CPU stage.
@@ -356,7 +373,7 @@ impl Metrics {
             limit_changes: self.limit_changes.load(Ordering::Relaxed),
             limit_peak: self.limit_peak.load(Ordering::Relaxed),
             throttled: self.throttled(),
-            retried: self.tally.retried(),
+            retried: self.retried(),
             hedges_sent: self.hedges_sent.load(Ordering::Relaxed),
             hedges_won: self.hedges_won.load(Ordering::Relaxed),
             stalls_hedged: self.stalls_hedged.load(Ordering::Relaxed),

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::FutureExt;
-use loader_storage::tally::counted_as;
-use loader_storage::{DynStorage, Error, ErrorKind};
+use loader_storage::{DynStorage, Error, ErrorKind, GetOptions};
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::hedge::{Hedge, Hedger};
@@ -152,24 +151,28 @@ impl Unit {
         })
     }
 
-    /// The request, once; `fetch` learns if a cache answered it.
+    /// The request, once; the metrics learn what it met, `fetch` whether a cache answered.
     async fn request(
         &self,
         cx: &FetchContext,
         fetch: &InFlight<'_>,
         repeat: bool,
     ) -> Result<Bytes, Error> {
-        let (answer, met) = counted_as(Arc::clone(&cx.metrics.tally), repeat, async {
-            match &self.range {
-                Some(r) => cx.storage.get_range(&self.key, r.clone()).await,
-                None => cx.storage.get(&self.key).await,
+        let mut options = GetOptions::default().repeat(repeat);
+        options.range = self.range.clone();
+        match cx.storage.get_opts(&self.key, options).await {
+            Ok(answer) => {
+                cx.metrics.served(answer.served);
+                if answer.served.cached {
+                    fetch.served_by_cache();
+                }
+                Ok(answer.bytes)
             }
-        })
-        .await;
-        if met.cached {
-            fetch.served_by_cache();
+            Err(e) => {
+                cx.metrics.served(e.served());
+                Err(e)
+            }
         }
-        answer
     }
 
     /// The request, sent again when it is in the tail (within the budget) or has stalled;

@@ -5,12 +5,10 @@
 //! back its slot. Assertions are on the engine's counters, never on its speed.
 
 use std::collections::HashSet;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::stream::BoxStream;
 use loader_scheduler::{Config, Fetch, Hedge, Summary};
 use loader_storage::layer::Latency;
@@ -59,13 +57,28 @@ impl Storage for Stalling {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    async fn get(&self, key: &str) -> loader_storage::Result<Bytes> {
-        self.maybe_stall(key).await;
-        self.inner.get(key).await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> loader_storage::Result<Bytes> {
-        self.maybe_stall(key).await;
-        self.inner.get_range(key, range).await
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_storage::GetOptions,
+    ) -> loader_storage::Result<loader_storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    self.maybe_stall(key).await;
+                    self.inner.get(key).await
+                }
+                .await?
+            }
+            Some(range) => {
+                async {
+                    self.maybe_stall(key).await;
+                    self.inner.get_range(key, range).await
+                }
+                .await?
+            }
+        };
+        Ok(loader_storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> loader_storage::Result<ObjectMeta> {
         self.inner.head(key).await

@@ -83,6 +83,8 @@ struct Inner {
     backend: String,
     message: String,
     source: Option<SharedSource>,
+    /// What the failed read met (retries, throttling) before it failed.
+    served: crate::Served,
 }
 
 impl Error {
@@ -99,12 +101,25 @@ impl Error {
             backend: backend.into(),
             message: message.into(),
             source: None,
+            served: crate::Served::default(),
         }))
     }
 
     /// Attach the underlying cause; it is shown after the message and returned by `source()`.
     pub fn with_source(mut self, source: impl Into<Source>) -> Self {
         self.0.source = Some(SharedSource::from(source.into()));
+        self
+    }
+
+    /// What the failed read met before it failed: the retries and throttling answers a
+    /// retry layer saw (its last answer is this error).
+    pub fn served(&self) -> crate::Served {
+        self.0.served
+    }
+
+    /// This error with what its read met, as a layer reports it on the way back.
+    pub fn with_served(mut self, served: crate::Served) -> Self {
+        self.0.served = served;
         self
     }
 

@@ -3,6 +3,9 @@
 //! One small object-safe trait, [`Storage`], with a backend per module in [`backend`] and
 //! behaviour added by wrapping a store in a [`layer`] (cache, retry, timeout, concurrency
 //! limit, simulated latency, fault injection, metrics), as `object_store`'s `ThrottledStore` does.
+//! A backend implements one read, [`Storage::get_opts`] ([`GetOptions`] in, [`GetResult`]
+//! out); layers report what a read met in its result ([`Served`]: a cache's answer,
+//! retries, throttling), so a caller that adapts to the store reads it there.
 //!
 //! ```
 //! use loader_storage::{from_url, Storage, StorageExt, layer::RetryConfig};
@@ -30,6 +33,14 @@
 //! # }
 //! ```
 //!
+//! # Rooms
+//!
+//! The trait and its vocabulary here and in `get` (a read's options, result and what it
+//! met), `error`, `key` (key checks), `redact` (credentials out of messages); `backend/`
+//! (local, object_store, opendal) and `url` (a store from a URL); `layer/` (cache, retry,
+//! timeout, limit, latency, faults, throttle, metrics), each wrapping any store;
+//! `open_files` (the process's open-files limit, which bounds sockets).
+//!
 //! Plain HTTP servers cannot list a prefix: `list` on an `http://` store asks the server
 //! with WebDAV `PROPFIND` (what `object_store` does) and returns an
 //! [`ErrorKind::Unsupported`] error when the server does not answer it, as most static file
@@ -45,14 +56,15 @@ use futures::stream::BoxStream;
 
 pub mod backend;
 mod error;
+mod get;
 mod key;
 pub mod layer;
 mod open_files;
 mod redact;
-pub mod tally;
 mod url;
 
 pub use error::{Error, ErrorKind, Result};
+pub use get::{GetOptions, GetResult, Served};
 pub use key::{MAX_KEY_LEN, check_key, check_prefix, key_problem};
 pub use open_files::{open_files_limit, raise_open_files_limit};
 pub use redact::{redact, redact_urls};
@@ -111,23 +123,30 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// The backend as a person would name it in an error, e.g. `s3://bucket/prefix`.
     fn name(&self) -> &str;
 
+    /// The read `options` ask for: the whole object or a range, of any version or of one.
+    /// Layers fill the result's [`Served`] on the way back (and an error's). The one read
+    /// method to implement; [`get`](Storage::get) and the others are made of it.
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult>;
+
     /// The whole object.
-    async fn get(&self, key: &str) -> Result<Bytes>;
+    async fn get(&self, key: &str) -> Result<Bytes> {
+        Ok(self.get_opts(key, GetOptions::default()).await?.bytes)
+    }
 
     /// The bytes `range.start..range.end` of the object; a range that runs past the end is
     /// cut at the end, as HTTP range requests are.
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes>;
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+        Ok(self.get_opts(key, GetOptions::range(range)).await?.bytes)
+    }
 
     /// [`get_range`](Storage::get_range) of the object as it is at `version` (the
     /// [`ObjectMeta::version`] a listing or `head` gave), or an error of kind
     /// [`ErrorKind::Changed`] when the bytes would come from another version: a reader
     /// that assembles an object from ranges read at different times (a cache) must not mix
-    /// two versions of it. The default cannot tell and reads unchecked, as the opendal
-    /// backend does; the object_store backends check the response's ETag (or modification
-    /// time), the local one the open file's mtime, and every layer passes the check on.
+    /// two versions of it. See [`GetOptions::if_match`] for which backends can tell.
     async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        let _ = version;
-        self.get_range(key, range).await
+        let options = GetOptions::range(range).if_match(version);
+        Ok(self.get_opts(key, options).await?.bytes)
     }
 
     /// The object's size without reading it.
@@ -148,19 +167,8 @@ macro_rules! forward_storage {
             fn name(&self) -> &str {
                 (**self).name()
             }
-            async fn get(&self, key: &str) -> Result<Bytes> {
-                (**self).get(key).await
-            }
-            async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-                (**self).get_range(key, range).await
-            }
-            async fn get_range_if(
-                &self,
-                key: &str,
-                range: Range<u64>,
-                version: &str,
-            ) -> Result<Bytes> {
-                (**self).get_range_if(key, range, version).await
+            async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+                (**self).get_opts(key, options).await
             }
             async fn head(&self, key: &str) -> Result<ObjectMeta> {
                 (**self).head(key).await

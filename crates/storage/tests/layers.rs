@@ -2,7 +2,6 @@
 
 //! Layer behaviour: each layer proven on its own, over real stores.
 
-use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -187,15 +186,27 @@ impl Storage for Gauge {
     fn name(&self) -> &str {
         "gauge://"
     }
-    async fn get(&self, _key: &str) -> Result<Bytes> {
-        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        self.now.fetch_sub(1, Ordering::SeqCst);
-        Ok(Bytes::new())
-    }
-    async fn get_range(&self, key: &str, _range: Range<u64>) -> Result<Bytes> {
-        self.get(key).await
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_storage::GetOptions,
+    ) -> Result<loader_storage::GetResult> {
+        let bytes = match options.range {
+            None => {
+                async {
+                    let _key = key;
+
+                    let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.peak.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    self.now.fetch_sub(1, Ordering::SeqCst);
+                    Ok(Bytes::new())
+                }
+                .await?
+            }
+            Some(_range) => async { self.get(key).await }.await?,
+        };
+        Ok(loader_storage::GetResult::new(bytes))
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         Ok(ObjectMeta::new(key, 0))

@@ -3,13 +3,12 @@
 //! policy, without writing a whole `Storage` each time.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use loader_storage::{DynStorage, ObjectMeta, Result, Storage};
+use loader_storage::{DynStorage, GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 type Hook = Arc<dyn Fn(&str) -> Option<Result<Bytes>> + Send + Sync>;
 
@@ -54,18 +53,14 @@ impl Storage for HookedStore {
     fn name(&self) -> &str {
         &self.name
     }
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        match (self.hook)(key) {
-            Some(answer) => answer,
-            None => self.inner.get(key).await,
+    /// Whole-object reads go through the hook; ranged reads straight to the inner store.
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        if options.range.is_none()
+            && let Some(answer) = (self.hook)(key)
+        {
+            return answer.map(GetResult::new);
         }
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.inner.get_range(key, range).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.inner.get_range_if(key, range, version).await
+        self.inner.get_opts(key, options).await
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.inner.head(key).await

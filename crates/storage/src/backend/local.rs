@@ -11,8 +11,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::{
-    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix,
-    too_large,
+    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage,
+    check_key, check_prefix, too_large,
 };
 
 /// A directory on local disk. Keys never reach outside it: `..` and absolute keys are
@@ -28,6 +28,28 @@ pub struct LocalStore {
 }
 
 impl LocalStore {
+    /// The whole of `key`, within the read limit.
+    async fn read_whole(&self, key: &str) -> Result<Bytes> {
+        self.blocking(key, |store, key| {
+            let (file, len) = open_file(store, key)?;
+            let max = store.max_read_bytes;
+            if len > max {
+                return Err(too_large(&store.name, key, len, max));
+            }
+            // The size is only the metadata's word (the file may be growing or shrinking):
+            // reserve at most a bounded amount up front, and never read past the limit.
+            let mut buf = Vec::with_capacity(usize::try_from(len.min(64 << 20)).unwrap_or(0));
+            file.take(max.saturating_add(1))
+                .read_to_end(&mut buf)
+                .map_err(|e| io_error(&store.name, key, e))?;
+            if buf.len() as u64 > max {
+                return Err(too_large(&store.name, key, buf.len() as u64, max));
+            }
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+
     /// A range of `key`; with `version`, refused as [`ErrorKind::Changed`] when the open
     /// file's modification time is another (the bytes are read from that open file, so a
     /// file replaced by a rename meanwhile cannot mix into them).
@@ -227,33 +249,13 @@ impl Storage for LocalStore {
         &self.name
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        self.blocking(key, |store, key| {
-            let (file, len) = open_file(store, key)?;
-            let max = store.max_read_bytes;
-            if len > max {
-                return Err(too_large(&store.name, key, len, max));
-            }
-            // The size is only the metadata's word (the file may be growing or shrinking):
-            // reserve at most a bounded amount up front, and never read past the limit.
-            let mut buf = Vec::with_capacity(usize::try_from(len.min(64 << 20)).unwrap_or(0));
-            file.take(max.saturating_add(1))
-                .read_to_end(&mut buf)
-                .map_err(|e| io_error(&store.name, key, e))?;
-            if buf.len() as u64 > max {
-                return Err(too_large(&store.name, key, buf.len() as u64, max));
-            }
-            Ok(Bytes::from(buf))
-        })
-        .await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.read_range(key, range, None).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.read_range(key, range, Some(version.to_owned())).await
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        let bytes = match (options.range, options.if_match) {
+            (Some(range), version) => self.read_range(key, range, version).await?,
+            (None, None) => self.read_whole(key).await?,
+            (None, Some(_)) => return Err(super::whole_if_match(&self.name, key)),
+        };
+        Ok(GetResult::new(bytes))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -10,3 +10,14 @@ pub use local::LocalStore;
 pub use object_store::ObjectStoreAdapter;
 #[cfg(feature = "opendal")]
 pub use opendal::OpendalStore;
+
+/// A version check on a whole-object read, which no backend here makes: refused, not
+/// ignored.
+pub(crate) fn whole_if_match(backend: &str, key: &str) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::Unsupported,
+        backend,
+        key,
+        "a read of a whole object checked against a version; read it as a range (0..size)",
+    )
+}

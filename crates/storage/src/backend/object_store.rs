@@ -258,13 +258,9 @@ fn version_like(want: &str, response: &::object_store::ObjectMeta) -> Option<Str
     }
 }
 
-#[async_trait]
-impl Storage for ObjectStoreAdapter {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn get(&self, key: &str) -> Result<Bytes> {
+impl ObjectStoreAdapter {
+    /// The whole of `key`, within the read limit.
+    async fn read_whole(&self, key: &str) -> Result<Bytes> {
         let path = self.path(key)?;
         let result = self
             .inner
@@ -273,13 +269,21 @@ impl Storage for ObjectStoreAdapter {
             .map_err(|e| self.error(key, e))?;
         self.body(key, result).await
     }
+}
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.read_range(key, range, None).await
+#[async_trait]
+impl Storage for ObjectStoreAdapter {
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.read_range(key, range, Some(version)).await
+    async fn get_opts(&self, key: &str, options: crate::GetOptions) -> Result<crate::GetResult> {
+        let bytes = match (options.range, options.if_match) {
+            (Some(range), version) => self.read_range(key, range, version.as_deref()).await?,
+            (None, None) => self.read_whole(key).await?,
+            (None, Some(_)) => return Err(super::whole_if_match(&self.name, key)),
+        };
+        Ok(crate::GetResult::new(bytes))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -10,8 +10,8 @@ use futures::{StreamExt, TryStreamExt};
 use url::Url;
 
 use crate::{
-    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, ObjectMeta, Result, Storage, check_key, check_prefix,
-    too_large,
+    DEFAULT_MAX_READ_BYTES, Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage,
+    check_key, check_prefix, too_large,
 };
 
 /// An opendal [`Operator`] as a [`Storage`].
@@ -166,13 +166,9 @@ fn map_error(backend: &str, key: &str, err: ::opendal::Error) -> Error {
     Error::new(kind, backend, key, "").with_source(crate::redact::Redacted::of(&err))
 }
 
-#[async_trait]
-impl Storage for OpendalStore {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn get(&self, key: &str) -> Result<Bytes> {
+impl OpendalStore {
+    /// The whole of `key`, within the read limit.
+    async fn read_whole(&self, key: &str) -> Result<Bytes> {
         check_key(&self.name, key)?;
         // Streamed and bounded rather than `read`, which collects whatever comes.
         let stream = self
@@ -206,7 +202,8 @@ impl Storage for OpendalStore {
         })
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+    /// A range of `key`, cut at its end.
+    async fn read_range_unchecked(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         check_key(&self.name, key)?;
         if range.start > range.end {
             return Err(Error::new(
@@ -243,6 +240,23 @@ impl Storage for OpendalStore {
             }
             Err(e) => Err(map_error(&self.name, key, e)),
         }
+    }
+}
+
+#[async_trait]
+impl Storage for OpendalStore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        let bytes = match (options.range, options.if_match) {
+            // opendal cannot check a version: the read is unchecked (see GetOptions::if_match).
+            (Some(range), _) => self.read_range_unchecked(key, range).await?,
+            (None, None) => self.read_whole(key).await?,
+            (None, Some(_)) => return Err(super::whole_if_match(&self.name, key)),
+        };
+        Ok(GetResult::new(bytes))
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -1,17 +1,15 @@
 //! Fault injection: a seeded fraction of requests fail or stall, for tests of resilience.
 
-use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::BoxStream;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
+use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 /// Which requests fail, and how.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,19 +111,9 @@ impl<S: Storage> Storage for FaultStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         self.maybe_fail(key).await?;
-        self.inner.get(key).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.maybe_fail(key).await?;
-        self.inner.get_range(key, range).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.maybe_fail(key).await?;
-        self.inner.get_range_if(key, range, version).await
+        self.inner.get_opts(key, options).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

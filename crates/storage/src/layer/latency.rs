@@ -1,18 +1,16 @@
 //! Simulated storage latency: a seeded delay before every request.
 
-use std::ops::Range;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, LogNormal};
 
-use crate::{ObjectMeta, Result, Storage};
+use crate::{GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 /// The z-score of the 99th percentile of a standard normal distribution.
 const Z_P99: f64 = 2.326_347_874;
@@ -108,19 +106,9 @@ impl<S: Storage> Storage for LatencyStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         self.delay().await;
-        self.inner.get(key).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.delay().await;
-        self.inner.get_range(key, range).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.delay().await;
-        self.inner.get_range_if(key, range, version).await
+        self.inner.get_opts(key, options).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -1,15 +1,13 @@
 //! At most N requests at a time.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
+use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 /// A store that lets at most `max` requests reach its inner store at once; the rest wait
 /// in FIFO order. A listing holds one permit for as long as its stream lives.
@@ -61,19 +59,9 @@ impl<S: Storage> Storage for LimitStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         let _permit = self.permit(key).await?;
-        self.inner.get(key).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let _permit = self.permit(key).await?;
-        self.inner.get_range(key, range).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        let _permit = self.permit(key).await?;
-        self.inner.get_range_if(key, range, version).await
+        self.inner.get_opts(key, options).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -1,17 +1,15 @@
 //! Request counts, bytes, errors and a latency histogram.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::BoxStream;
 use hdrhistogram::Histogram;
 
-use crate::{ObjectMeta, Result, Storage};
+use crate::{GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 /// The live counters of a [`MetricsStore`]; cheap to share with whoever reports them.
 #[derive(Debug)]
@@ -162,20 +160,9 @@ impl<S: Storage> Storage for MetricsStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        self.measure(self.inner.get(key), |b| b.len() as u64).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.measure(self.inner.get_range(key, range), |b| b.len() as u64)
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        self.measure(self.inner.get_opts(key, options), |r| r.bytes.len() as u64)
             .await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.measure(self.inner.get_range_if(key, range, version), |b| {
-            b.len() as u64
-        })
-        .await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -1,18 +1,16 @@
 //! Retry transient failures with exponential backoff and jitter, within bounds.
 
 use std::future::Future;
-use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::BoxStream;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{ObjectMeta, Result, Storage};
+use crate::{GetOptions, GetResult, ObjectMeta, Result, Served, Storage};
 
 /// When and how often to retry. Only errors whose kind
 /// [is retryable](crate::ErrorKind::is_retryable) (transient, timeout) are retried.
@@ -134,11 +132,15 @@ impl<S: Storage> RetryStore<S> {
     /// restarts it from the beginning, within the same attempts and time as a request.
     pub async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
         use futures::TryStreamExt;
-        self.retry(|| self.inner.list(prefix).try_collect::<Vec<_>>())
-            .await
+        self.retry(&mut Served::default(), || {
+            self.inner.list(prefix).try_collect::<Vec<_>>()
+        })
+        .await
     }
 
-    async fn retry<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    /// `attempt` until it succeeds, fails for good, or the policy gives up; what was
+    /// retried (and what the attempts' own layers met) is added to `served`.
+    async fn retry<T, F, Fut>(&self, served: &mut Served, mut attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
@@ -149,9 +151,12 @@ impl<S: Storage> RetryStore<S> {
             attempts += 1;
             let err = match attempt().await {
                 Ok(value) => return Ok(value),
-                Err(err) if !err.kind().is_retryable() => return Err(err),
                 Err(err) => err,
             };
+            *served = served.merge(err.served());
+            if !err.kind().is_retryable() {
+                return Err(err);
+            }
             let backoff = {
                 // A poisoned lock only means another request panicked mid-draw; the RNG
                 // state is still usable.
@@ -168,10 +173,17 @@ impl<S: Storage> RetryStore<S> {
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
             // The caller sees only the last answer; what was retried, it learns here.
-            crate::tally::note(match err.kind() {
-                crate::ErrorKind::Throttled => crate::tally::Seen::Throttled,
-                _ => crate::tally::Seen::Retried,
-            });
+            let retried = match err.kind() {
+                crate::ErrorKind::Throttled => Served {
+                    throttled: 1,
+                    ..Served::default()
+                },
+                _ => Served {
+                    retries: 1,
+                    ..Served::default()
+                },
+            };
+            *served = served.merge(retried);
             tokio::time::sleep(backoff).await;
         }
     }
@@ -183,22 +195,24 @@ impl<S: Storage> Storage for RetryStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        self.retry(|| self.inner.get(key)).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.retry(|| self.inner.get_range(key, range.clone()))
-            .await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.retry(|| self.inner.get_range_if(key, range.clone(), version))
-            .await
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        let mut met = Served::default();
+        let result = self
+            .retry(&mut met, || self.inner.get_opts(key, options.clone()))
+            .await;
+        match result {
+            Ok(mut answer) => {
+                answer.served = met.merge(answer.served);
+                Ok(answer)
+            }
+            // The failed attempts' facts are in `met` already, the last one's among them.
+            Err(e) => Err(e.with_served(met)),
+        }
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.retry(|| self.inner.head(key)).await
+        self.retry(&mut Served::default(), || self.inner.head(key))
+            .await
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
@@ -206,7 +220,7 @@ impl<S: Storage> Storage for RetryStore<S> {
         // Until the first item: open the listing, retrying a retryable first failure.
         let first = async move {
             let opened = self
-                .retry(|| async {
+                .retry(&mut Served::default(), || async {
                     let mut stream = self.inner.list(prefix);
                     match stream.next().await {
                         Some(Err(e)) => Err(e),

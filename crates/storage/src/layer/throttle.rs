@@ -1,16 +1,14 @@
 //! Throttling: a store that answers "503 SlowDown" above a request rate, as S3 does per
 //! prefix, so a loader's back-off can be tested.
 
-use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::BoxStream;
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
+use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 /// A store that takes at most `per_second` reads per second (a token bucket holding a
 /// tenth of a second's worth) and answers the others with [`ErrorKind::Throttled`]
@@ -82,19 +80,9 @@ impl<S: Storage> Storage for ThrottleStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         self.admit(key)?;
-        self.inner.get(key).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.admit(key)?;
-        self.inner.get_range(key, range).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.admit(key)?;
-        self.inner.get_range_if(key, range, version).await
+        self.inner.get_opts(key, options).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -1,14 +1,12 @@
 //! A deadline per request.
 
-use std::ops::Range;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
+use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Storage};
 
 /// A store whose requests fail with [`ErrorKind::Timeout`] after `timeout`; for a listing,
 /// the deadline applies to each item. The timed-out request is dropped, which cancels it.
@@ -46,17 +44,8 @@ impl<S: Storage> Storage for TimeoutStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        self.within(key, self.inner.get(key)).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        self.within(key, self.inner.get_range(key, range)).await
-    }
-
-    async fn get_range_if(&self, key: &str, range: Range<u64>, version: &str) -> Result<Bytes> {
-        self.within(key, self.inner.get_range_if(key, range, version))
-            .await
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        self.within(key, self.inner.get_opts(key, options)).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {

@@ -9,8 +9,9 @@
 //!   local disk) of the object it was made from, and is served only if this run's view of
 //!   the object matches. That view comes from the listings and HEADs that pass through the
 //!   cache and from [`Cache::learn`] (a dataset's index); an object known from neither is
-//!   asked about with one HEAD, once per run. A hit costs no request, and is noted
-//!   ([`tally::Seen::Cached`]) so that a caller does not take its latency for the store's.
+//!   asked about with one HEAD, once per run. A hit costs no request, and says so in its
+//!   result ([`Served::cached`](crate::Served)) so that a caller does not take its latency
+//!   for the store's.
 //! - **Single flight**: concurrent reads of one entry make one request.
 //! - **Crash-safe**: a file is written under `tmp/` and renamed into place, and carries a
 //!   checksum verified on every read; a corrupt or stale file is dropped and fetched again.
@@ -44,8 +45,7 @@ use bytes::{Bytes, BytesMut};
 use futures::future::{self, BoxFuture, FutureExt};
 use futures::stream::{BoxStream, StreamExt};
 
-use crate::tally::{self, Seen};
-use crate::{Error, ErrorKind, ObjectMeta, Result, Storage};
+use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Served, Storage};
 use disk::{Disk, Job, Writer};
 use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id, file_len};
 use metrics::Counters;
@@ -142,7 +142,8 @@ struct Shared {
     heads: Mutex<HashMap<String, HeadFlight>>,
 }
 
-type Fetch = future::Shared<BoxFuture<'static, Result<Bytes>>>;
+/// A flight's bytes and what its request met.
+type Fetch = future::Shared<BoxFuture<'static, Result<(Bytes, Served)>>>;
 type HeadFlight = future::Shared<BoxFuture<'static, Result<ObjectMeta>>>;
 
 /// A request under way and where its bytes start in the object.
@@ -767,11 +768,15 @@ impl<S: Storage + 'static> CacheStore<S> {
         key: &str,
         units: &[(EntryId, Unit)],
         origin: Option<&Origin>,
-    ) -> Result<Vec<Bytes>> {
+        repeat: bool,
+    ) -> Result<(Vec<Bytes>, Served)> {
         let block = self.shared().block_bytes;
         // A hedge is sent because the request under way seems lost: joining that one's
         // flight would wait for it. It fetches on its own, and lets later readers join it.
-        let repeat = tally::is_repeat();
+        // What this read's own requests met (not those of flights it joins: theirs are
+        // reported by the reads that sent them).
+        let mut served = Served::default();
+        let mut mine: Vec<EntryId> = Vec::new();
         let waits: Vec<Wait> = {
             let mut flights = lock(&self.shared().flights);
             let free: Vec<usize> = (0..units.len())
@@ -788,9 +793,10 @@ impl<S: Storage + 'static> CacheStore<S> {
                 .map(|&i| units[i])
                 .collect();
             for run in runs(&own) {
-                let (Some(&(_, first)), Some(&(_, last))) = (run.first(), run.last()) else {
+                let (Some(&(first_id, first)), Some(&(_, last))) = (run.first(), run.last()) else {
                     continue;
                 };
+                mine.push(first_id);
                 let start = match first {
                     Unit::Whole => 0,
                     Unit::Block(n) => n * block,
@@ -833,7 +839,10 @@ impl<S: Storage + 'static> CacheStore<S> {
         for (i, (&(_, unit), wait)) in units.iter().zip(waits).enumerate() {
             out.push(match wait {
                 Wait::Flight(flight) => {
-                    let bytes = flight.fetch.await?;
+                    let (bytes, met) = flight.fetch.await?;
+                    if mine.contains(&units[i].0) {
+                        served = served.merge(met);
+                    }
                     Some(unit_in(&bytes, flight.start, unit, block))
                 }
                 Wait::Have(bytes) => Some(bytes),
@@ -846,12 +855,14 @@ impl<S: Storage + 'static> CacheStore<S> {
         // Files dropped as corrupt or stale since: fetched after all.
         if !again.is_empty() {
             let missing: Vec<(EntryId, Unit)> = again.iter().map(|&i| units[i]).collect();
-            let fetched = Box::pin(self.fetch(key, &missing, origin)).await?;
+            let (fetched, met) = Box::pin(self.fetch(key, &missing, origin, repeat)).await?;
+            served = served.merge(met);
             for (i, bytes) in again.into_iter().zip(fetched) {
                 out[i] = Some(bytes);
             }
         }
-        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+        let bytes = out.into_iter().map(Option::unwrap_or_default).collect();
+        Ok((bytes, served))
     }
 
     /// One request for units `first..=last` of `key` that fills the cache with `own` when
@@ -880,15 +891,16 @@ impl<S: Storage + 'static> CacheStore<S> {
                         }
                         // Of the version the entries are kept for, or an error: blocks
                         // of two versions must never make one read.
+                        let mut options = GetOptions::range(a * block..end);
                         match origin.as_ref().and_then(|o| o.version.as_deref()) {
-                            Some(version) if checked => {
-                                inner.get_range_if(&key, a * block..end, version).await
-                            }
-                            _ => inner.get_range(&key, a * block..end).await,
+                            Some(version) if checked => options = options.if_match(version),
+                            _ => {}
                         }
+                        inner.get_opts(&key, options).await
                     }
-                    _ => inner.get(&key).await,
+                    _ => inner.get_opts(&key, GetOptions::default()).await,
                 }
+                .map(|answer| (answer.bytes, answer.served))
             };
             // A store that panics fails this read, not every later reader of the entry.
             let result = AssertUnwindSafe(request)
@@ -907,7 +919,7 @@ impl<S: Storage + 'static> CacheStore<S> {
                     .get(&key)
                     .is_none_or(|known| known.version == o.version)
             });
-            if let Ok(bytes) = &result
+            if let Ok((bytes, _)) = &result
                 && current
             {
                 Counters::add(&shared.counters.bytes_fetched, bytes.len() as u64);
@@ -947,7 +959,8 @@ impl<S: Storage + 'static> CacheStore<S> {
         units: Vec<(EntryId, Unit)>,
         origin: Option<Origin>,
         asked: bool,
-    ) -> Result<Vec<Bytes>> {
+        repeat: bool,
+    ) -> Result<(Vec<Bytes>, Served)> {
         let ids: Vec<EntryId> = units.iter().map(|(id, _)| *id).collect();
         let sources = self.shared().look_up(&ids);
         let mut parts: Vec<Option<Bytes>> = Vec::with_capacity(units.len());
@@ -979,19 +992,20 @@ impl<S: Storage + 'static> CacheStore<S> {
         let served: u64 = parts.iter().flatten().map(|b| b.len() as u64).sum();
         Counters::add(&counters.bytes_served, served);
         Counters::add(&counters.misses, missing.len() as u64);
+        let mut served = Served::default();
         if !missing.is_empty() {
-            let mut fetched = self
-                .fetch(key, &missing, origin.as_ref())
-                .await?
-                .into_iter();
+            let (fetched, met) = self.fetch(key, &missing, origin.as_ref(), repeat).await?;
+            served = met;
+            let mut fetched = fetched.into_iter();
             for part in parts.iter_mut().filter(|p| p.is_none()) {
                 *part = fetched.next();
             }
         } else if !asked {
             // The caller must not take this read's latency for the store's.
-            tally::note(Seen::Cached);
+            served.cached = true;
         }
-        Ok(parts.into_iter().map(Option::unwrap_or_default).collect())
+        let bytes = parts.into_iter().map(Option::unwrap_or_default).collect();
+        Ok((bytes, served))
     }
 }
 
@@ -1001,21 +1015,28 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
         self.inner.name()
     }
 
-    async fn get(&self, key: &str) -> Result<Bytes> {
-        let (origin, asked) = self.origin(key).await?;
-        let unit = (entry_id(key, Unit::Whole), Unit::Whole);
-        let mut parts = self.serve(key, vec![unit], origin, asked).await?;
-        Ok(parts.pop().unwrap_or_default())
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
+    /// A version asked for (`if_match`) is not passed on: the cache checks versions itself,
+    /// against what listings, HEADs and [`Cache::learn`] told it, and asks the store for
+    /// the version it keeps entries of.
+    async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
+        let repeat = options.repeat;
+        let Some(range) = options.range else {
+            let (origin, asked) = self.origin(key).await?;
+            let unit = (entry_id(key, Unit::Whole), Unit::Whole);
+            let (mut parts, served) = self.serve(key, vec![unit], origin, asked, repeat).await?;
+            return Ok(GetResult {
+                bytes: parts.pop().unwrap_or_default(),
+                meta: None,
+                served,
+            });
+        };
         let (mut origin, mut asked) = self.origin(key).await?;
         // Rewritten since it was listed: its entries of the old version go, and the read is
         // made again of the version the store has now, whole. A few times at most: an
         // object rewritten without pause is an error, not a loop.
         for _ in 0..CHANGED_ATTEMPTS {
             match self
-                .read_range(key, range.clone(), origin.clone(), asked)
+                .read_range(key, range.clone(), origin.clone(), asked, repeat)
                 .await
             {
                 Err(e) if e.kind() == ErrorKind::Changed => {
@@ -1031,7 +1052,7 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
                 other => return other,
             }
         }
-        self.read_range(key, range, origin, asked).await
+        self.read_range(key, range, origin, asked, repeat).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -1087,11 +1108,15 @@ impl<S: Storage + 'static> CacheStore<S> {
         range: Range<u64>,
         origin: Option<Origin>,
         asked: bool,
-    ) -> Result<Bytes> {
+        repeat: bool,
+    ) -> Result<GetResult> {
         let end = origin.as_ref().map_or(range.end, |o| range.end.min(o.size));
         if range.start >= end {
             // Empty, or past the end: the store answers as it does.
-            return self.inner.get_range(key, range).await;
+            return self
+                .inner
+                .get_opts(key, GetOptions::range(range).repeat(repeat))
+                .await;
         }
         let block = self.shared().block_bytes;
         let blocks = blocks_of(&(range.start..end), block);
@@ -1099,7 +1124,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let units: Vec<(EntryId, Unit)> = blocks
             .map(|n| (entry_id(key, Unit::Block(n)), Unit::Block(n)))
             .collect();
-        let parts = self.serve(key, units, origin, asked).await?;
+        let (parts, served) = self.serve(key, units, origin, asked, repeat).await?;
         // Cut the read out of its blocks: zero-copy when it lies within one.
         let mut pieces = Vec::with_capacity(parts.len());
         for (k, part) in parts.into_iter().enumerate() {
@@ -1110,7 +1135,7 @@ impl<S: Storage + 'static> CacheStore<S> {
                 pieces.push(part.slice(from..to));
             }
         }
-        Ok(match pieces.len() {
+        let bytes = match pieces.len() {
             0 => Bytes::new(),
             1 => pieces.pop().unwrap_or_default(),
             _ => {
@@ -1120,6 +1145,11 @@ impl<S: Storage + 'static> CacheStore<S> {
                 }
                 out.freeze()
             }
+        };
+        Ok(GetResult {
+            bytes,
+            meta: None,
+            served,
         })
     }
 }
