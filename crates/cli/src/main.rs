@@ -25,6 +25,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Write a synthetic ImageNet-like dataset (class folders of JPEGs, or tar shards).

@@ -30,6 +30,13 @@
 //!
 //! assert!(decode(b"GIF89a", &DecodeOptions::default()).is_err());
 //! ```
+//!
+//! # Rooms
+//!
+//! `decode` (JPEG by zune-jpeg, PNG; format sniffing, decode options) and `jpeg_markers`
+//! below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
+//! rectangles, torchvision's draws); `pipeline/` composes them into a seeded pipeline;
+//! `spec` is the pipeline as data (torchvision's names) for front ends; `error`.
 
 mod decode;
 mod error;

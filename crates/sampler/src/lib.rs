@@ -28,6 +28,12 @@
 //! let batches: Vec<Vec<usize>> = BatchSampler::new(random, 4, false).epoch(0).collect();
 //! assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 2]);
 //! ```
+//!
+//! # Rooms
+//!
+//! One sampler per file (`sequential`, `random`, `subset`, `weighted`, `distributed`,
+//! `block`, `shard`), each a pure function of (seed, epoch) resumable at any position;
+//! `batch` cuts any of them into batches; `rng` is the seeded stream they share.
 
 use std::fmt;
 

@@ -22,6 +22,12 @@
 //! let slow = DelayProxy::start(http.addr(), Duration::from_millis(20)).unwrap();
 //! assert_ne!(http.addr(), slow.addr());
 //! ```
+//!
+//! # Rooms
+//!
+//! Servers (`s3`, `s3_dir`, `http`) and the TCP `proxy` that adds latency, cuts or stalls;
+//! `dataset` (synthetic ImageNet-like data), `hooked` (a store whose reads a test
+//! scripts), `watchdog` (a call that must return in time), `threads`, `background`.
 
 mod background;
 mod dataset;
