@@ -40,6 +40,9 @@
 //! # }
 //! ```
 //!
+//! Rooms: `loader` (burn's `DataLoader` trait over a loader: epochs, slices, devices,
+//! state) and `convert` (a batch as burn tensors).
+//!
 //! The images reach burn without a copy where the backend takes the bytes as they are (burn's
 //! flex CPU backend does): the tensor holds the batch's buffer, which goes back to the loader
 //! to hold a later batch when burn drops the last tensor using it.

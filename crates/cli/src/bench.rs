@@ -114,7 +114,7 @@ const BENCH_BATCH_SIZE: usize = 64;
 
 /// The loader's options for every cell, refusing those the benchmark sets per cell.
 fn cell_options(args: &Args) -> Result<LoaderOptions> {
-    let mut options = args.loader.options()?;
+    let mut options = args.loader.over(LoaderOptions::default())?;
     let defaults = LoaderOptions::default();
     if options.shuffle != defaults.shuffle
         || options.shard_order != defaults.shard_order

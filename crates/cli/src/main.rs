@@ -1,4 +1,9 @@
 //! `loader`: generate a dataset, serve it, iterate it, and reproduce the paper's benchmark.
+//!
+//! Rooms: one file per command (`run`, `index`; with the default `tools` feature `gen_data`,
+//! `serve`, `bench` and its `report`), below them `options` (the loader flags `run` and
+//! `bench` share, over the library's `LoaderOptions`) and `progress` (what a command shows
+//! while it works).
 
 #[cfg(feature = "tools")]
 mod bench;

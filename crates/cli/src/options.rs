@@ -48,9 +48,8 @@ pub struct LoaderArgs {
 }
 
 impl LoaderArgs {
-    /// The options these flags give, over the library's defaults; `--set` comes last.
-    pub fn options(&self) -> Result<LoaderOptions> {
-        let mut o = LoaderOptions::default();
+    /// These flags over `o` (a command's own flags set first); `--set` comes last.
+    pub fn over(&self, mut o: LoaderOptions) -> Result<LoaderOptions> {
         let mut set = |key: &str, value: Option<String>| -> Result {
             match value {
                 Some(value) => Ok(o.set(key, &value)?),

@@ -31,9 +31,9 @@ pub struct Args {
     /// The loader's options.
     #[command(flatten)]
     loader: LoaderArgs,
-    /// Fetch strategy.
-    #[arg(long, value_enum, default_value = "async")]
-    fetch: Strategy,
+    /// Fetch strategy (default: `async`, with the in-flight limit set by the loader).
+    #[arg(long, value_enum)]
+    fetch: Option<Strategy>,
     /// Requests in flight with `--fetch async`, fixed (default: set by the loader itself
     /// from what it measures, up to 16,384).
     #[arg(long)]
@@ -42,9 +42,9 @@ pub struct Args {
     /// core for `sequential`, 16 for `threads`).
     #[arg(long)]
     threads: Option<usize>,
-    /// Epochs this run reads.
-    #[arg(long, default_value_t = 1)]
-    epochs: u64,
+    /// Epochs this run reads (default 1).
+    #[arg(long)]
+    epochs: Option<u64>,
     /// Shuffle each epoch.
     #[arg(long)]
     shuffle: bool,
@@ -71,17 +71,20 @@ pub struct Args {
 }
 
 impl Args {
-    /// The loader's options: the shared flags, then this command's.
+    /// The loader's options: this command's flags, then the shared ones, `--set` last.
     fn options(&self, cores: usize) -> Result<LoaderOptions> {
-        let mut o = self.loader.options()?;
-        let threads = match (self.fetch, self.threads) {
-            (_, Some(threads)) => threads,
-            (Strategy::Sequential, None) => cores,
-            (_, None) => 16,
-        };
-        o.engine.fetch = fetch(self.fetch, self.max_in_flight, threads);
-        o.shuffle |= self.shuffle;
-        o.epochs = Some(self.epochs);
+        let mut o = LoaderOptions::default();
+        if self.fetch.is_some() || self.max_in_flight.is_some() || self.threads.is_some() {
+            let strategy = self.fetch.unwrap_or(Strategy::Async);
+            let threads = match (strategy, self.threads) {
+                (_, Some(threads)) => threads,
+                (Strategy::Sequential, None) => cores,
+                (_, None) => 16,
+            };
+            o.engine.fetch = fetch(strategy, self.max_in_flight, threads);
+        }
+        o.shuffle = self.shuffle;
+        o.epochs = Some(self.epochs.unwrap_or(1));
         if let Some(order) = self.order {
             o.shard_order = order.into();
         }
@@ -97,6 +100,9 @@ impl Args {
         if let Some(policy) = self.cache_policy {
             o.cache.policy = policy;
         }
+        let mut o = self.loader.over(o)?;
+        // A run reads a known number of epochs; `--set epochs=none` would never end.
+        o.epochs = Some(o.epochs.unwrap_or(1));
         o.validate()?;
         Ok(o)
     }
@@ -129,13 +135,14 @@ pub fn main(args: Args) -> Result {
         .trace
         .as_ref()
         .map(|_| std::sync::Arc::new(loader_core::Trace::new()));
-    let mut builder = DataLoader::builder(store, dataset).options(options);
+    let mut builder = DataLoader::builder(store, dataset).options(options.clone());
     if let Some(trace) = &trace {
         builder = builder.trace(std::sync::Arc::clone(trace));
     }
     let builder = builder.transform(Pipeline::imagenet_eval());
     let mut loader = builder.build()?;
-    let total = loader.len() as u64 * args.epochs;
+    let epoch_count = options.epochs.unwrap_or(1);
+    let total = loader.len() as u64 * epoch_count;
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} batches {msg} eta {eta}")
@@ -144,7 +151,7 @@ pub fn main(args: Args) -> Result {
     let start = Instant::now();
     let (mut images, mut skipped) = (0usize, 0usize);
     let mut epochs = Vec::new();
-    for _ in 0..args.epochs {
+    for _ in 0..epoch_count {
         let (epoch_start, epoch_images) = (Instant::now(), images);
         let epoch_requests = requests.snapshot().requests;
         for batch in &mut loader {

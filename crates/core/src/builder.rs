@@ -70,6 +70,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// Every plain-data setting at once, e.g. from a front end that set them by key.
     pub fn options(mut self, options: LoaderOptions) -> Self {
         self.options = options;
+        // A whole retry policy given before is replaced by what these options say.
+        self.retry = None;
         self
     }
 
@@ -83,6 +85,9 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self.options
             .set(key, value)
             .map_err(|e| Error::from(ConfigError::Option(e.to_string())))?;
+        if key.trim() == "storage.max_retries" {
+            self.retry = None;
+        }
         Ok(self)
     }
 

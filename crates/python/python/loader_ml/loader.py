@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import numbers
 import os
 import sys
 import warnings
@@ -73,12 +74,26 @@ def _is_torchvision(step: Any) -> bool:
     return type(step).__module__.startswith("torchvision.transforms")
 
 
+def _whole(value: Any) -> int:
+    """A number of pixels: an int, or a float that is one (``256.0``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value):
+        raise ConfigError(f"size {value!r}: a whole number of pixels")
+    return int(value)
+
+
 def _size(value: Any) -> Any:
-    """torchvision's size: one int, or ``[height, width]``."""
-    if isinstance(value, int):
-        return value
-    sizes = list(value)
+    """torchvision's size: one number, or ``[height, width]``."""
+    if isinstance(value, numbers.Real):
+        return _whole(value)
+    sizes = [_whole(v) for v in value]
     return sizes[0] if len(sizes) == 1 else sizes
+
+
+def _floats(value: Any) -> Any:
+    """A number, or numbers (a list, tuple or array) as a list of floats."""
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return [float(v) for v in value]
 
 
 def _bilinear_antialiased(name: str, step: Any) -> None:
@@ -160,8 +175,7 @@ def _steps(spec: Any) -> list[dict[str, Any]]:
             if len(args) > len(fields):
                 raise ConfigError(f"{name}{tuple(args)!r}: {name} takes {', '.join(fields)}")
             steps.append({"step": name, **{
-                field: _size(arg) if field == "size" else
-                [*map(float, arg)] if isinstance(arg, (tuple, list)) else arg
+                field: _size(arg) if field == "size" else _floats(arg)
                 for field, arg in zip(fields, args)}})
         elif _is_torchvision(step):
             steps.append(_torchvision_step(step))

@@ -839,8 +839,16 @@ impl<S: Storage + 'static> CacheStore<S> {
         for (i, (&(_, unit), wait)) in units.iter().zip(waits).enumerate() {
             out.push(match wait {
                 Wait::Flight(flight) => {
-                    let (bytes, met) = flight.fetch.await?;
-                    if mine.contains(&units[i].0) {
+                    // A joined flight's facts (and its failure's) are its owner's to report.
+                    let own = mine.contains(&units[i].0);
+                    let (bytes, met) = flight.fetch.await.map_err(|e| {
+                        if own {
+                            e
+                        } else {
+                            e.with_served(Served::default())
+                        }
+                    })?;
+                    if own {
                         served = served.merge(met);
                     }
                     Some(unit_in(&bytes, flight.start, unit, block))
