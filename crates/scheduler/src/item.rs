@@ -40,13 +40,19 @@ impl WorkItem {
 
     /// The bytes of the object the item needs: its range and its members'.
     pub fn span(&self) -> Option<Range<u64>> {
-        let mut span = self.range.clone()?;
-        for m in self.members.iter() {
-            span.start = span.start.min(m.range.start);
-            span.end = span.end.max(m.range.end);
-        }
-        Some(span)
+        span_of(self.range.as_ref(), &self.members)
     }
+}
+
+/// The bytes a sample at `range` with `members` occupies in its object; `None` for a whole
+/// object. What a source's index and the engine's item both say of a sample.
+pub fn span_of(range: Option<&Range<u64>>, members: &[Member]) -> Option<Range<u64>> {
+    let mut span = range?.clone();
+    for m in members {
+        span.start = span.start.min(m.range.start);
+        span.end = span.end.max(m.range.end);
+    }
+    Some(span)
 }
 
 /// A named part of a sample stored beside its main bytes.

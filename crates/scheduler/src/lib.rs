@@ -91,7 +91,7 @@ pub use engine::{Engine, THREAD_PREFIX, detached_on_drop};
 pub use hedge::Hedge;
 pub use item::{
     BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
-    StageError, WorkItem,
+    StageError, WorkItem, span_of,
 };
 pub use limit::LimitReason;
 pub use metrics::Metrics;

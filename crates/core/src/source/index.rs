@@ -238,12 +238,7 @@ impl Item {
     /// The bytes the sample and its members occupy together in their object; `None` for a
     /// whole object.
     pub fn span(&self) -> Option<Range<u64>> {
-        let mut span = self.range.clone()?;
-        for m in self.members.iter() {
-            span.start = span.start.min(m.range.start);
-            span.end = span.end.max(m.range.end);
-        }
-        Some(span)
+        loader_scheduler::span_of(self.range.as_ref(), &self.members)
     }
 
     /// The engine's description of `item` (without its chunk, which depends on the order).
