@@ -84,7 +84,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
         self.options
             .set(key, value)
-            .map_err(|e| Error::from(ConfigError::Option(e.to_string())))?;
+            .map_err(|e| Error::from(ConfigError::Key(e)))?;
         if key.trim() == "storage.max_retries" {
             self.retry = None;
         }

@@ -109,9 +109,12 @@ pub enum ConfigError {
     /// The engine refused its settings.
     #[error(transparent)]
     Engine(#[from] loader_scheduler::ConfigError),
-    /// A loader option that is unknown or out of its range, named.
+    /// A loader option out of its range, named.
     #[error("{0}")]
     Option(String),
+    /// A loader option key that is unknown, or a value it cannot read.
+    #[error(transparent)]
+    Key(#[from] crate::OptionError),
 }
 
 /// Why a state cannot be taken or resumed.
