@@ -6,7 +6,7 @@ use burn_core::data::dataset::DatasetError;
 use burn_tensor::{AllocationProperty, Bytes, DType, Device, Int, Tensor, TensorData};
 use loader_core::{Batch, HostTensor, ItemError};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Turns a loader [`Batch`] into what the training step takes, on `device`: burn's
 /// `Batcher` for a whole batch. Closures `Fn(Batch, &Device) -> Result<O, DatasetError>`

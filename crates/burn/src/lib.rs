@@ -40,15 +40,18 @@
 //! # }
 //! ```
 //!
-//! Rooms: `loader` (burn's `DataLoader` trait over a loader: epochs, slices, devices,
-//! state) and `convert` (a batch as burn tensors).
+//! Rooms: `error` (what the adapter reports) at the bottom, `convert` (a batch as burn
+//! tensors), and `loader` (burn's `DataLoader` trait over a loader: epochs, slices, devices,
+//! state).
 //!
 //! The images reach burn without a copy where the backend takes the bytes as they are (burn's
 //! flex CPU backend does): the tensor holds the batch's buffer, which goes back to the loader
 //! to hold a later batch when burn drops the last tensor using it.
 
 mod convert;
+mod error;
 mod loader;
 
 pub use convert::{Convert, ImageBatch, Images, images_tensor, targets_tensor};
-pub use loader::{BurnLoader, Error, Recipe};
+pub use error::Error;
+pub use loader::{BurnLoader, Recipe};

@@ -9,40 +9,12 @@ use burn_tensor::Device;
 use loader_core::{DataLoaderBuilder, LoaderState};
 
 use crate::convert::{Convert, ImageBatch, Images};
+use crate::error::Error;
 
 /// How to build the loader: the adapter calls it once, and again for each
 /// [`to_device`](DataLoader::to_device) and [`slice`](DataLoader::slice), whose loaders
 /// are loaders of their own.
 pub type Recipe = Arc<dyn Fn() -> DataLoaderBuilder + Send + Sync>;
-
-/// Why the adapter could not do what was asked.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The loader refused (its settings, or reading the store).
-    #[error(transparent)]
-    Loader(#[from] loader_core::Error),
-    /// This loader, made by `slice` or `to_device`, could not be built; its `iter()`
-    /// yields the same error.
-    #[error("the loader of this slice or device could not be built: {0}")]
-    NotBuilt(#[source] Arc<loader_core::Error>),
-    /// The batch holds values of a type burn has no element type for.
-    #[error("no burn element type for {0} values")]
-    DType(loader_core::DType),
-    /// A batch's tensor has another number of dimensions than burn's tensor type.
-    #[error("a {rank}-D tensor was expected, the batch holds shape {shape:?}")]
-    Rank {
-        /// Dimensions expected.
-        rank: usize,
-        /// The shape the batch holds.
-        shape: Vec<usize>,
-    },
-    /// An iterator of this loader is still alive.
-    #[error(
-        "an iterator of this loader is still alive: drop it before starting another epoch or taking the state"
-    )]
-    Busy,
-}
 
 /// A loader as burn's [`DataLoader`]: each [`iter()`](DataLoader::iter) is one epoch
 /// (after a partly read one, the next epoch starts at its beginning, as in burn and

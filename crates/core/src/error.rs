@@ -2,7 +2,7 @@
 
 use loader_scheduler::EngineError;
 
-use crate::source::DatasetError;
+use crate::source::SourceError;
 
 /// An error from building or running a loader, or from reading a dataset.
 #[derive(Debug, thiserror::Error)]
@@ -21,8 +21,9 @@ pub enum Error {
     #[error("transform: {0}")]
     Transform(#[from] loader_decoder::DecodeError),
     /// The dataset description is wrong (a manifest line, an empty class, a bad shard...).
+    /// Never [`SourceError::Storage`]: a source's storage failure is [`Error::Storage`].
     #[error("dataset: {0}")]
-    Dataset(#[from] DatasetError),
+    Dataset(SourceError),
     /// The loader's settings make no sense (batch size 0, ...).
     #[error("invalid loader settings: {0}")]
     Config(#[from] ConfigError),
@@ -35,6 +36,17 @@ pub enum Error {
     /// The cache could not be opened (its directory cannot be created, locked or read).
     #[error(transparent)]
     Cache(#[from] loader_storage::layer::CacheError),
+}
+
+/// A source's error as the facade reports it: the store's failures stay
+/// [`Error::Storage`], the rest are [`Error::Dataset`].
+impl From<SourceError> for Error {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Storage(e) => Error::Storage(e),
+            other => Error::Dataset(other),
+        }
+    }
 }
 
 /// Results of this crate.
@@ -114,7 +126,7 @@ pub enum ConfigError {
     Option(String),
     /// A loader option key that is unknown, or a value it cannot read.
     #[error(transparent)]
-    Key(#[from] crate::OptionError),
+    Key(#[from] OptionError),
 }
 
 /// Why a state cannot be taken or resumed.
@@ -161,4 +173,26 @@ impl CollateError {
     pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
         Self::Other(error.into())
     }
+}
+
+/// An option that cannot be set: a key no option has (naming those that exist), or a
+/// value that does not fit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    /// No option has this key.
+    #[error("no loader option {key:?}; the options are: {known}")]
+    Unknown {
+        /// The key given.
+        key: String,
+        /// Every key, comma-separated.
+        known: String,
+    },
+    /// The value does not fit the option.
+    #[error("loader option {key}: {problem}")]
+    Value {
+        /// The option.
+        key: String,
+        /// What is wrong with the value.
+        problem: String,
+    },
 }

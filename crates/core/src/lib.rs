@@ -40,7 +40,9 @@
 //! # Rooms, along the data flow
 //!
 //! `source/` turns what is stored (an ImageFolder listing, a manifest, WebDataset shards)
-//! into the sample index, a [`Dataset`]. [`LoaderOptions`] (`options.rs`) declares every
+//! into the sample index, a [`Dataset`]; every source returns its own [`SourceError`],
+//! which the facade's [`Error`] (`error.rs`, the bottom room) maps back to `Storage` or
+//! `Dataset`. [`LoaderOptions`] (`options.rs`) declares every
 //! plain-data setting once; the builder (`builder.rs`) writes into it and, at `build`,
 //! wraps the store in its timeout, retry and cache layers. `plan.rs` owns the batch
 //! sampler and tells the engine (chunk last uses) and the cache (the epochs ahead) what
@@ -69,15 +71,15 @@ mod state;
 pub use batch::{Batch, BatchData, collate};
 pub use buffer::Buffer;
 pub use builder::DataLoaderBuilder;
-pub use error::{CollateError, ConfigError, Error, Result, StateError};
+pub use error::{CollateError, ConfigError, Error, OptionError, Result, StateError};
 pub use export::{BatchTensors, DType, HostTensor, HostVec, ShapeError};
 pub use loader::DataLoader;
 pub use options::{
-    CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, OptionError, OptionKey,
-    OptionValue, ShardOrder, StorageOptions,
+    CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, OptionKey, OptionValue,
+    ShardOrder, StorageOptions,
 };
 pub use source::{
-    Dataset, DatasetError, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout,
+    Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout, SourceError,
 };
 pub use source::{store_url, webdataset};
 pub use stage::{Collate, sample_bytes};

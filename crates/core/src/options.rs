@@ -24,7 +24,7 @@ use std::time::Duration;
 use loader_scheduler::{Config, ErrorPolicy, Fetch, Hedge, Order};
 use loader_storage::layer::{CacheConfig, CachePolicy, RetryConfig};
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, OptionError};
 
 /// The default deadline of one attempt of one request: far above any healthy GET of a
 /// sample, so only a stalled connection trips it, and then the retry policy takes over.
@@ -208,27 +208,6 @@ options_group! {
         /// Bytes of the unit in which ranged reads are cached.
         block: u64 = CacheConfig::default().block_bytes,
     }
-}
-
-/// A key no option has, naming those that exist.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OptionError {
-    /// No option has this key.
-    #[error("no loader option {key:?}; the options are: {known}")]
-    Unknown {
-        /// The key given.
-        key: String,
-        /// Every key, comma-separated.
-        known: String,
-    },
-    /// The value does not fit the option.
-    #[error("loader option {key}: {problem}")]
-    Value {
-        /// The option.
-        key: String,
-        /// What is wrong with the value.
-        problem: String,
-    },
 }
 
 impl LoaderOptions {

@@ -2,9 +2,9 @@
 //! the backend and the cause, and raising Python's own base class too (`NotFoundError` is a
 //! `FileNotFoundError`, a config error a `ValueError`), so existing `except` clauses work.
 
+use loader_core::Error;
 use loader_core::scheduler::{EngineError, ItemError, ItemFailure};
 use loader_core::storage::ErrorKind;
-use loader_core::{DatasetError, Error};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -73,7 +73,7 @@ impl Failure {
         let mut failure = match error {
             Error::Storage(e) => storage(e),
             Error::Engine(e) => engine(e),
-            Error::Dataset(DatasetError::Shard(_)) => Failure::new(Kind::Decode, ""),
+            Error::Dataset(e) if e.is_shard() => Failure::new(Kind::Decode, ""),
             Error::Sampler(_)
             | Error::Transform(_)
             | Error::Dataset(_)

@@ -185,7 +185,7 @@ impl PyLoader {
                 dataset
                     .dataset
                     .check_decodable(&backend)
-                    .map_err(|e| errors::raise(&e, &backend))?;
+                    .map_err(|e| errors::raise(&e.into(), &backend))?;
                 let stage = transform::python_stage(callable, pipeline, fatal.clone());
                 // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
                 // bounds what the callable returns too.

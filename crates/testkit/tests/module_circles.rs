@@ -1,7 +1,9 @@
 //! No file of a crate imports, through others, a file that imports it: each crate's rooms
 //! stay layered, vocabulary below machinery. An edge is a `crate::a::b` or `super::x` path in
 //! a file's code (outside comments and its `#[cfg(test)]` part, where tests may look
-//! anywhere) naming another module file. Run alone:
+//! anywhere) naming another module file; a name a module re-exports (`pub use`, as
+//! `crate::Result` is) leads to the file that defines it, not to the re-exporting one. Run
+//! alone:
 //! `cargo test -p loader-testkit --test module_circles`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,8 +44,16 @@ fn a_circle_is_found() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
     std::fs::create_dir(src.join("w")).unwrap();
-    std::fs::write(src.join("lib.rs"), "mod a; mod b; mod w;").unwrap();
-    std::fs::write(src.join("a.rs"), "use crate::b::B; // crate::c\n").unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "mod a; mod b; mod w;\npub use w::{index::{X as Y}, other};",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("a.rs"),
+        "use crate::b::B; // crate::c\nuse crate::r::E;",
+    )
+    .unwrap();
     std::fs::write(src.join("b.rs"), "use crate::{w::index::X, c};").unwrap();
     std::fs::write(src.join("w/mod.rs"), "mod index;").unwrap();
     std::fs::write(
@@ -51,8 +61,17 @@ fn a_circle_is_found() {
         "fn f() { super::super::a::g() }\n#[cfg(test)]\nuse crate::b;",
     )
     .unwrap();
+    std::fs::create_dir(src.join("r")).unwrap();
+    std::fs::write(src.join("r/mod.rs"), "mod e; mod i; pub use e::E;").unwrap();
+    // Through re-exports: `crate::Y` is w/index.rs, `crate::r::E` is r/e.rs.
+    std::fs::write(src.join("r/e.rs"), "use crate::Y;").unwrap();
+    std::fs::write(
+        src.join("r/i.rs"),
+        "fn f() -> crate::r::E { todo!() }\nuse crate::a;",
+    )
+    .unwrap();
     let circles = circles_in(src);
-    assert_eq!(circles, [vec!["a.rs", "b.rs", "w/index.rs"]]);
+    assert_eq!(circles, [vec!["a.rs", "b.rs", "r/e.rs", "w/index.rs"]]);
 }
 
 /// Each strongly connected set of more than one file, by path relative to `src`, sorted.
@@ -63,13 +82,20 @@ fn circles_in(src: &Path) -> Vec<Vec<String>> {
         .iter()
         .map(|f| (module_of(src, f), f.clone()))
         .collect();
+    let mut exports = Exports::new();
+    for (module, file) in &modules {
+        let text = std::fs::read_to_string(file).expect("a source file");
+        for (name, path) in reexports(module, &modules, &code_of(&text)) {
+            exports.insert((module.clone(), name), path);
+        }
+    }
     let edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = modules
         .iter()
         .map(|(module, file)| {
             let text = std::fs::read_to_string(file).expect("a source file");
             let targets = references(module, &code_of(&text))
                 .into_iter()
-                .filter_map(|path| resolve(&modules, &path))
+                .filter_map(|path| resolve(&modules, &exports, &path, 0))
                 .filter(|target| target != file)
                 .collect();
             (file.clone(), targets)
@@ -200,11 +226,132 @@ fn path_at(text: &str) -> (Module, usize) {
     (segments, at)
 }
 
-/// The file of the longest prefix of `path` that is a module, other than the root.
-fn resolve(modules: &BTreeMap<Module, PathBuf>, path: &Module) -> Option<PathBuf> {
-    (1..=path.len())
+/// What each module re-exports: (module, name) -> the absolute path it stands for.
+type Exports = BTreeMap<(Module, String), Module>;
+
+/// The file that defines `path`: the longest prefix of it that is a module, unless the next
+/// segment is a name that module re-exports, which is followed to where it comes from.
+fn resolve(
+    modules: &BTreeMap<Module, PathBuf>,
+    exports: &Exports,
+    path: &Module,
+    depth: usize,
+) -> Option<PathBuf> {
+    let n = (0..=path.len())
         .rev()
-        .find_map(|n| modules.get(&path[..n]).cloned())
+        .find(|&n| modules.contains_key(&path[..n]))?;
+    if let Some(next) = path.get(n)
+        && let Some(target) = exports.get(&(path[..n].to_vec(), next.clone()))
+        && depth < 16
+    {
+        let mut full = target.clone();
+        full.extend(path[n + 1..].iter().cloned());
+        return resolve(modules, exports, &full, depth + 1);
+    }
+    // The root itself is no file to depend on: its items are reached through re-exports.
+    (n > 0).then(|| modules[&path[..n]].clone())
+}
+
+/// The names a module's `pub use` (or `pub(crate) use`) lines re-export, with the absolute
+/// paths they stand for; paths into other crates are left out.
+fn reexports(
+    module: &Module,
+    modules: &BTreeMap<Module, PathBuf>,
+    code: &str,
+) -> Vec<(String, Module)> {
+    let mut out = Vec::new();
+    for statement in code.split(';') {
+        let statement = statement.trim();
+        let Some(body) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .find_map(|p| statement.rsplit_once(p).map(|(_, b)| b))
+        else {
+            continue;
+        };
+        let body: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
+        for (path, name) in flatten_use("", &body) {
+            let mut segments: Vec<&str> = path.split("::").collect();
+            let base: Module = match segments.first().copied() {
+                Some("crate") => {
+                    segments.remove(0);
+                    Vec::new()
+                }
+                Some("self") => {
+                    segments.remove(0);
+                    module.clone()
+                }
+                Some("super") => {
+                    let mut ups = 0;
+                    while segments.first() == Some(&"super") {
+                        segments.remove(0);
+                        ups += 1;
+                    }
+                    module[..module.len().saturating_sub(ups)].to_vec()
+                }
+                // A path without a keyword starts at a child module, or is another crate.
+                Some(first) => {
+                    let mut child = module.clone();
+                    child.push(first.to_string());
+                    if !modules.contains_key(&child) {
+                        continue;
+                    }
+                    module.clone()
+                }
+                None => continue,
+            };
+            let mut full = base;
+            full.extend(segments.iter().map(|s| s.to_string()));
+            if name != "self" && name != "*" {
+                out.push((name, full));
+            }
+        }
+    }
+    out
+}
+
+/// `a::{b, c::{d as e}}` as `[("a::b", "b"), ("a::c::d", "e")]`.
+fn flatten_use(prefix: &str, body: &str) -> Vec<(String, String)> {
+    let body = body.trim();
+    let joined = |rest: &str| {
+        if prefix.is_empty() {
+            rest.to_string()
+        } else {
+            format!("{prefix}::{rest}")
+        }
+    };
+    if let Some(open) = body.find('{') {
+        let head = body[..open].trim().trim_end_matches("::");
+        let inner = body[open + 1..].trim_end().trim_end_matches('}');
+        let mut out = Vec::new();
+        let mut depth = 0;
+        let mut start = 0;
+        for (i, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.extend(flatten_use(&joined(head), &inner[start..i]));
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        out.extend(flatten_use(&joined(head), &inner[start..]));
+        return out;
+    }
+    if body.is_empty() {
+        return Vec::new();
+    }
+    let (path, alias) = match body.split_once(" as ") {
+        Some((p, a)) => (p.trim(), a.trim()),
+        None => (body, body.rsplit("::").next().unwrap_or(body)),
+    };
+    let full = if path == "self" {
+        prefix.to_string()
+    } else {
+        joined(path)
+    };
+    vec![(full, alias.to_string())]
 }
 
 /// Tarjan's strongly connected components.

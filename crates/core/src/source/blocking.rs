@@ -1,7 +1,6 @@
 //! Async dataset reads for synchronous callers.
 
-use super::error::DatasetError;
-use crate::Result;
+use super::error::{Result, SourceError};
 
 /// Run an async dataset read to completion on a fresh current-thread runtime in a scoped
 /// thread: safe to call from inside another runtime, where `block_on` would panic.
@@ -17,17 +16,17 @@ where
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|source| DatasetError::Start {
+                    .map_err(|source| SourceError::Start {
                         what: "runtime",
                         source,
                     })?;
                 runtime.block_on(make())
             })
-            .map_err(|source| DatasetError::Start {
+            .map_err(|source| SourceError::Start {
                 what: "thread",
                 source,
             })?
             .join()
-            .unwrap_or_else(|_| Err(DatasetError::Panicked.into()))
+            .unwrap_or_else(|_| Err(SourceError::Panicked))
     })
 }

@@ -1,9 +1,19 @@
-//! What can be wrong with a source: a dataset's description, or a shard.
+//! What can be wrong with a source: the one error every source returns, whether the
+//! dataset's description is wrong, a shard is, or the store failed under it.
 
-/// What is wrong with a dataset's description.
+/// Results of reading a source.
+pub type Result<T, E = SourceError> = std::result::Result<T, E>;
+
+/// What is wrong with a source: its description (a manifest line, an empty class), one of
+/// its shards (named with the byte where the problem starts), or the store under it.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum DatasetError {
+pub enum SourceError {
+    /// The store failed (listing a dataset, reading a manifest or a shard's index); at
+    /// the facade this is [`Error::Storage`](crate::Error::Storage), as before sources had
+    /// their own error.
+    #[error(transparent)]
+    Storage(#[from] loader_storage::Error),
     /// ImageFolder found no class folder.
     #[error("no class folders under {store}; ImageFolder expects class/image files")]
     NoClassFolders {
@@ -13,7 +23,7 @@ pub enum DatasetError {
     /// ImageFolder found class folders without images.
     #[error(
         "found no image files (extensions {}) in class folder(s) {folders} of {store}",
-        crate::IMAGE_EXTENSIONS.join(", ")
+        super::extensions::IMAGE_EXTENSIONS.join(", ")
     )]
     EmptyClasses {
         /// The folders, comma-separated.
@@ -62,9 +72,6 @@ pub enum DatasetError {
     /// A fixed class list is empty.
     #[error("the class list is empty")]
     NoClassList,
-    /// A shard is unreadable or its samples are malformed.
-    #[error(transparent)]
-    Shard(#[from] ShardError),
     /// A layout that does not describe its items.
     #[error("{0}")]
     Invalid(String),
@@ -79,12 +86,7 @@ pub enum DatasetError {
     /// Reading the dataset panicked.
     #[error("reading the dataset panicked")]
     Panicked,
-}
 
-/// A shard that cannot be read as WebDataset samples: names the shard, where in it, and what.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ShardError {
     /// The tar structure is broken (truncated, a bad header checksum, a bad size field).
     #[error("shard {shard:?} on {store}: at byte {offset}: {problem}")]
     Corrupt {
@@ -114,4 +116,15 @@ pub enum ShardError {
     /// The shard list or URL cannot be understood.
     #[error("shard list {0:?}: {1}")]
     List(String, String),
+}
+
+impl SourceError {
+    /// Whether a shard is to blame (its tar structure, one of its samples, or the shard list),
+    /// rather than the dataset's description or the store.
+    pub fn is_shard(&self) -> bool {
+        matches!(
+            self,
+            Self::Corrupt { .. } | Self::Sample { .. } | Self::List(..)
+        )
+    }
 }

@@ -6,9 +6,10 @@ use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{ObjectMeta, Storage};
 
 use super::blocking::block_on_own_thread;
-use super::error::DatasetError;
-use super::index::{IMAGE_EXTENSIONS, Item};
-use crate::{Dataset, Result};
+use super::error::{Result, SourceError};
+use super::extensions::image_extension;
+use super::index::Dataset;
+use super::index::Item;
 
 impl Dataset {
     /// torchvision's ImageFolder over a store that can list: classes are the sorted names
@@ -33,16 +34,15 @@ impl Dataset {
                 continue;
             };
             let entry = folders.entry(class.to_owned()).or_default();
-            if is_image(&meta.key) {
+            if image_extension(&meta.key).is_some() {
                 entry.push(meta.key.clone());
                 objects.push(meta);
             }
         }
         if folders.is_empty() {
-            return Err(DatasetError::NoClassFolders {
+            return Err(SourceError::NoClassFolders {
                 store: store.into(),
-            }
-            .into());
+            });
         }
         let empty: Vec<&str> = folders
             .iter()
@@ -50,11 +50,10 @@ impl Dataset {
             .map(|(c, _)| c.as_str())
             .collect();
         if !empty.is_empty() {
-            return Err(DatasetError::EmptyClasses {
+            return Err(SourceError::EmptyClasses {
                 folders: empty.join(", "),
                 store: store.into(),
-            }
-            .into());
+            });
         }
         let mut items = Vec::new();
         let mut classes = Vec::new();
@@ -70,21 +69,5 @@ impl Dataset {
     /// its own thread, so it works with or without a surrounding tokio runtime.
     pub fn image_folder_blocking(store: &dyn Storage) -> Result<Self> {
         block_on_own_thread(|| Self::image_folder(store))
-    }
-}
-
-fn is_image(key: &str) -> bool {
-    key.rsplit_once('.')
-        .is_some_and(|(_, ext)| IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_extensions_are_case_insensitive() {
-        assert!(is_image("a/b.JPEG") && is_image("a/b.png") && is_image("x/y.Jpg"));
-        assert!(!is_image("a/b.txt") && !is_image("a/jpg"));
     }
 }

@@ -8,13 +8,8 @@ use std::sync::Arc;
 pub use loader_scheduler::Member;
 use loader_storage::ObjectMeta;
 
-use super::error::DatasetError;
-use crate::Result;
-
-/// File extensions torchvision's ImageFolder accepts, compared case-insensitively.
-pub const IMAGE_EXTENSIONS: &[&str] = &[
-    "jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp",
-];
+use super::error::{Result, SourceError};
+use super::extensions::image_extension;
 
 /// One sample of a dataset: where its bytes are, and what it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -96,23 +91,21 @@ impl Dataset {
         for shard in &shards {
             for chunk in &shard.chunks {
                 let id = u32::try_from(spans.len())
-                    .map_err(|_| DatasetError::Invalid("more than 2^32 chunks".into()))?;
+                    .map_err(|_| SourceError::Invalid("more than 2^32 chunks".into()))?;
                 let mut span: Option<Range<u64>> = None;
                 for i in chunk.clone() {
                     let item = items.get(i).filter(|it| it.key == shard.key);
                     let (Some(item), true) = (item, chunk_of.get(i) == Some(&u32::MAX)) else {
-                        return Err(DatasetError::Invalid(format!(
+                        return Err(SourceError::Invalid(format!(
                             "sample {i} is not a sample of shard {:?} once",
                             shard.key
-                        ))
-                        .into());
+                        )));
                     };
                     let Some(s) = item.span() else {
-                        return Err(DatasetError::Invalid(format!(
+                        return Err(SourceError::Invalid(format!(
                             "sample {i} of shard {:?} has no byte range",
                             shard.key
-                        ))
-                        .into());
+                        )));
                     };
                     chunk_of[i] = id;
                     span = Some(match span {
@@ -199,7 +192,7 @@ impl Dataset {
     }
 
     /// Refuse samples the native decoder cannot read, judged by their key's extension: an
-    /// image format torchvision lists ([`IMAGE_EXTENSIONS`]) but the decoder does not read
+    /// image format torchvision lists ([`IMAGE_EXTENSIONS`](super::extensions::IMAGE_EXTENSIONS)) but the decoder does not read
     /// (WebP, BMP, TIFF, PPM/PGM). Keys with another extension or none are left to the
     /// decoder's sniffing; samples inside shards are named by their image member's suffix,
     /// which [`WebDataset::image_suffixes`](crate::webdataset::WebDataset::image_suffixes)
@@ -208,11 +201,10 @@ impl Dataset {
         let mut formats: BTreeMap<String, usize> = BTreeMap::new();
         let mut example = None;
         for item in self.items.iter().filter(|i| i.name.is_none()) {
-            let Some((_, ext)) = item.key.rsplit_once('.') else {
+            let Some(ext) = image_extension(&item.key) else {
                 continue;
             };
-            let image = IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext));
-            if image && loader_decoder::Format::from_extension(ext).is_none() {
+            if loader_decoder::Format::from_extension(ext).is_none() {
                 *formats.entry(ext.to_ascii_lowercase()).or_default() += 1;
                 example.get_or_insert_with(|| item.key.to_string());
             }
@@ -220,7 +212,7 @@ impl Dataset {
         let Some(example) = example else {
             return Ok(());
         };
-        Err(DatasetError::Undecodable {
+        Err(SourceError::Undecodable {
             count: formats.values().sum(),
             formats: formats
                 .iter()
@@ -229,8 +221,7 @@ impl Dataset {
                 .join(", "),
             example,
             store: store.to_owned(),
-        }
-        .into())
+        })
     }
 }
 

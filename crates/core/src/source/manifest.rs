@@ -8,9 +8,9 @@ use loader_storage::Storage;
 use loader_storage::layer::{RetryConfig, RetryStore};
 
 use super::blocking::block_on_own_thread;
-use super::error::DatasetError;
+use super::error::{Result, SourceError};
+use super::index::Dataset;
 use super::index::Item;
-use crate::{Dataset, Error, Result};
 
 /// How a manifest is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ impl Dataset {
         classes: &[String],
     ) -> Result<Self> {
         if classes.is_empty() {
-            return Err(DatasetError::NoClassList.into());
+            return Err(SourceError::NoClassList);
         }
         let lines = parse_lines(text, format)?;
         check_kinds(&lines)?;
@@ -187,12 +187,10 @@ async fn read_manifest(
     let bytes = RetryStore::new(store, RetryConfig::default())
         .get(key)
         .await?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| {
-        Error::from(DatasetError::NotUtf8 {
-            key: key.into(),
-            store: store.name().into(),
-            source: e,
-        })
+    let text = std::str::from_utf8(&bytes).map_err(|e| SourceError::NotUtf8 {
+        key: key.into(),
+        store: store.name().into(),
+        source: e,
     })?;
     parse(text, ManifestFormat::from_name(key))
 }
@@ -297,7 +295,7 @@ fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, RowKey,
         ManifestFormat::JsonLines => parse_json_lines(text)?,
     };
     if out.is_empty() {
-        return Err(DatasetError::EmptyManifest.into());
+        return Err(SourceError::EmptyManifest);
     }
     Ok(out)
 }
@@ -478,12 +476,11 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
 }
 
 /// A manifest line's problem.
-fn line_error(line: impl TryInto<usize>, problem: String) -> Error {
-    DatasetError::Line {
+fn line_error(line: impl TryInto<usize>, problem: String) -> SourceError {
+    SourceError::Line {
         line: line.try_into().unwrap_or(usize::MAX),
         problem,
     }
-    .into()
 }
 
 #[cfg(test)]

@@ -2,18 +2,21 @@
 //! ([`Dataset`]: items, classes, shard layouts, the objects read) from what the data is
 //! stored as: an ImageFolder listing, a manifest, WebDataset shards, or a Vec.
 //!
-//! Rooms: `index` (the sample index), `error` (what can be wrong with a source),
+//! Rooms: `extensions` (which keys are images) and `error` (what can be wrong with a
+//! source, the one [`SourceError`]) at the bottom, `index` (the sample index),
 //! `blocking` (async reads for synchronous callers), then one file or folder per format, and `open` (which source a URL names).
 
 mod blocking;
 mod error;
+mod extensions;
 mod image_folder;
 mod index;
 mod manifest;
 mod open;
 pub mod webdataset;
 
-pub use error::DatasetError;
-pub use index::{Dataset, IMAGE_EXTENSIONS, Item, Member, ShardLayout};
+pub use error::SourceError;
+pub use extensions::IMAGE_EXTENSIONS;
+pub use index::{Dataset, Item, Member, ShardLayout};
 pub use manifest::ManifestFormat;
 pub use open::store_url;

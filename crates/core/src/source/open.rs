@@ -3,12 +3,11 @@
 use loader_storage::DynStorage;
 use loader_storage::layer::{RetryConfig, RetryStore};
 
-use super::error::DatasetError;
+use super::error::{Result, SourceError};
+use super::index::Dataset;
 use super::webdataset::{
-    ShardError, WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of,
-    split_url,
+    WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of, split_url,
 };
-use crate::{Dataset, Result};
 
 /// The URL of the store a dataset URL lives on, to give [`from_url`](crate::from_url): a
 /// shard URL's directory (`s3://b/train-{0..9}.tar` is on `s3://b`), any other URL itself.
@@ -44,11 +43,10 @@ impl Dataset {
         let shards = shards_of(&listed);
         if shards.is_empty() {
             if let Some(suffix) = compressed_among(&listed) {
-                return Err(DatasetError::from(ShardError::List(
+                return Err(SourceError::List(
                     store.name().to_owned(),
                     compressed_problem(suffix),
-                ))
-                .into());
+                ));
             }
             Dataset::image_folder_of(listed, store.name())
         } else {

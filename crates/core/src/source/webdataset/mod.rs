@@ -36,15 +36,14 @@ use futures::{StreamExt, TryStreamExt};
 use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ErrorKind, ObjectMeta, Storage};
 
-pub use super::error::ShardError;
 pub use braces::expand as expand_braces;
 pub use group::IndexedSample;
 pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex, default_cache_dir, write_atomically};
 
 use super::blocking::block_on_own_thread;
-use super::error::DatasetError;
+use super::error::{Result, SourceError};
+use super::index::Dataset;
 use super::index::{Item, Member, ShardLayout};
-use crate::{Dataset, Error, Result};
 
 /// Where a sample's label comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +201,7 @@ impl WebDataset {
             .buffered(self.concurrency * 4)
             .try_collect()
             .await
-            .map_err(Error::from)
+            .map_err(SourceError::from)
     }
 
     /// The dataset in the shards `metas` describe (size and version, from a listing or
@@ -311,13 +310,12 @@ impl WebDataset {
         if meta.size == 0 {
             // Before any index: one cached from an earlier run would call it a shard of
             // no samples.
-            return Err(DatasetError::from(ShardError::Corrupt {
+            return Err(SourceError::Corrupt {
                 shard: meta.key.clone(),
                 store: store.name().to_owned(),
                 offset: 0,
                 problem: "the shard is empty (0 bytes), as a failed upload leaves it".into(),
-            })
-            .into());
+            });
         }
         if self.sidecars {
             let sidecar = format!("{}{SIDECAR_SUFFIX}", meta.key);
@@ -379,7 +377,7 @@ impl WebDataset {
             self.scan_block,
         );
         let runtime = tokio::runtime::Handle::current();
-        let shard_error = |offset, problem| ShardError::Corrupt {
+        let shard_error = |offset, problem| SourceError::Corrupt {
             shard: meta.key.clone(),
             store: store.name().to_owned(),
             offset,
@@ -397,18 +395,16 @@ impl WebDataset {
             Ok(Ok(members)) => members,
             Ok(Err(tar::ScanError::Storage(e))) => return Err(e.into()),
             Ok(Err(tar::ScanError::Corrupt { offset, problem })) => {
-                return Err(DatasetError::from(shard_error(offset, problem)).into());
+                return Err(shard_error(offset, problem));
             }
-            Err(_) => return Err(DatasetError::Panicked.into()),
+            Err(_) => return Err(SourceError::Panicked),
         };
-        let samples = group::group(members).map_err(|e| {
-            DatasetError::from(ShardError::Sample {
-                shard: key.clone(),
-                store: store.name().to_owned(),
-                key: e.key,
-                offset: e.offset,
-                problem: e.problem,
-            })
+        let samples = group::group(members).map_err(|e| SourceError::Sample {
+            shard: key.clone(),
+            store: store.name().to_owned(),
+            key: e.key,
+            offset: e.offset,
+            problem: e.problem,
         })?;
         Ok(ShardIndex {
             format: INDEX_FORMAT.into(),
@@ -470,15 +466,14 @@ impl WebDataset {
     }
 
     fn item(&self, store: &str, shard: &Arc<str>, sample: &IndexedSample) -> Result<Item> {
-        let bad = |problem: String| -> Error {
-            DatasetError::from(ShardError::Sample {
+        let bad = |problem: String| -> SourceError {
+            SourceError::Sample {
                 shard: shard.to_string(),
                 store: store.to_owned(),
                 key: sample.key.clone(),
                 offset: sample.offset,
                 problem,
-            })
-            .into()
+            }
         };
         let suffixes = || {
             sample
@@ -552,7 +547,7 @@ impl WebDataset {
 
 /// The samples of a tar shard held in memory (`name` names it in errors): its members
 /// grouped as [`WebDataset`] groups them, with their offsets in `bytes`.
-pub fn index_tar(name: &str, bytes: &[u8]) -> std::result::Result<Vec<IndexedSample>, ShardError> {
+pub fn index_tar(name: &str, bytes: &[u8]) -> Result<Vec<IndexedSample>> {
     let size = bytes.len() as u64;
     let mut fetch = |start: u64, end: u64| {
         Ok(bytes::Bytes::copy_from_slice(
@@ -561,20 +556,20 @@ pub fn index_tar(name: &str, bytes: &[u8]) -> std::result::Result<Vec<IndexedSam
     };
     let mut reader = tar::BlockReader::new(&mut fetch, size, 1 << 20);
     let members = tar::scan(&mut reader, size).map_err(|e| match e {
-        tar::ScanError::Corrupt { offset, problem } => ShardError::Corrupt {
+        tar::ScanError::Corrupt { offset, problem } => SourceError::Corrupt {
             shard: name.to_owned(),
             store: "memory".into(),
             offset,
             problem,
         },
-        tar::ScanError::Storage(e) => ShardError::Corrupt {
+        tar::ScanError::Storage(e) => SourceError::Corrupt {
             shard: name.to_owned(),
             store: "memory".into(),
             offset: 0,
             problem: e.to_string(),
         },
     })?;
-    group::group(members).map_err(|e| ShardError::Sample {
+    group::group(members).map_err(|e| SourceError::Sample {
         shard: name.to_owned(),
         store: "memory".into(),
         key: e.key,
@@ -588,12 +583,7 @@ pub fn index_tar(name: &str, bytes: &[u8]) -> std::result::Result<Vec<IndexedSam
 /// brace: `s3://b/train-{000..009}.tar`, `/data/{a,b}/x.tar`.
 pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
     // Errors show the URL without its user info and query, where credentials hide.
-    let list_error = |problem: String| {
-        Error::from(DatasetError::from(ShardError::List(
-            loader_storage::redact(url),
-            problem,
-        )))
-    };
+    let list_error = |problem: String| SourceError::List(loader_storage::redact(url), problem);
     let cut = match url.find('{') {
         Some(brace) => url[..brace].rfind('/'),
         None if is_tar(url) || compressed_tar(url).is_some() => url.rfind('/'),
@@ -662,11 +652,10 @@ pub async fn list_shards(store: &dyn Storage, prefix: &str) -> Result<Vec<Object
             Some(suffix) => compressed_problem(suffix),
             None => "no .tar files there".into(),
         };
-        return Err(DatasetError::from(ShardError::List(
+        return Err(SourceError::List(
             format!("{}/{prefix}", store.name()),
             problem,
-        ))
-        .into());
+        ));
     }
     Ok(shards)
 }
