@@ -2,7 +2,7 @@
 //! one by key with `--set KEY=VALUE` (`loader run --list-options` names them all). Each
 //! flag defaults to the library's default ([`LoaderOptions`]), so the CLI cannot drift.
 
-use loader_core::{Fetch, LoaderOptions, ShardOrder};
+use loader_core::{Fetch, LoaderOptions, OptionValue};
 
 use crate::{Result, Strategy};
 
@@ -105,22 +105,10 @@ impl LoaderArgs {
     }
 }
 
-/// How shards are shuffled, as a flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReadOrder {
-    /// Shard-local order.
-    Local,
-    /// A global permutation.
-    Global,
-}
-
-impl From<ReadOrder> for ShardOrder {
-    fn from(order: ReadOrder) -> Self {
-        match order {
-            ReadOrder::Local => ShardOrder::Local,
-            ReadOrder::Global => ShardOrder::Global,
-        }
-    }
+/// A flag's value read as the library reads the option's text (`--order global` is
+/// `--set shard_order=global`), so the CLI spells no option's values of its own.
+pub fn option_value<T: OptionValue>(text: &str) -> std::result::Result<T, String> {
+    T::parse(text)
 }
 
 /// A size as people write it: `2GB`, `512MiB`, `1.5 G`, or bytes.

@@ -4,9 +4,11 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::storage::layer::CachePolicy;
-use loader_core::{DataLoader, LoaderOptions, Pipeline, StorageExt, from_url, store_url};
+use loader_core::{
+    DataLoader, LoaderOptions, Pipeline, ShardOrder, StorageExt, from_url, store_url,
+};
 
-use crate::options::{LoaderArgs, ReadOrder, fetch, parse_size, parse_store_options};
+use crate::options::{LoaderArgs, fetch, option_value, parse_size, parse_store_options};
 use crate::progress::open_dataset;
 use crate::{Result, Strategy};
 
@@ -20,8 +22,8 @@ pub struct Args {
     url: Option<String>,
     /// With --shuffle over shards: `local` (shards shuffled, samples within a buffer of
     /// chunks, few large GETs) or `global` (one permutation, a GET per sample).
-    #[arg(long, value_enum)]
-    order: Option<ReadOrder>,
+    #[arg(long, value_name = "local|global", value_parser = option_value::<ShardOrder>)]
+    order: Option<ShardOrder>,
     /// A manifest key under the URL (CSV `key,label` or JSON lines) instead of listing.
     #[arg(long)]
     manifest: Option<String>,
@@ -86,7 +88,7 @@ impl Args {
         o.shuffle = self.shuffle;
         o.epochs = Some(self.epochs.unwrap_or(1));
         if let Some(order) = self.order {
-            o.shard_order = order.into();
+            o.shard_order = order;
         }
         if let Some(dir) = &self.cache_dir {
             o.cache.dir = Some(dir.clone());
