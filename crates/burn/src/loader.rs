@@ -233,7 +233,7 @@ impl<O> Iterator for Epoch<'_, O> {
             let skipped = loader.take_unreported_skips();
             self.processed += skipped.len();
             for e in &skipped {
-                eprintln!("warning: skipped (the epoch's last batch had no sample left): {e}");
+                tracing::warn!("skipped (the epoch's last batch had no sample left): {e}");
             }
             return None;
         };

@@ -175,7 +175,7 @@ impl Iterator for CandleLoader {
             // A last batch whose every sample was skipped is not delivered: its reports
             // are said here, not lost (`loader().take_unreported_skips()` takes them first).
             for e in self.loader.take_unreported_skips() {
-                eprintln!("warning: skipped (the epoch's last batch had no sample left): {e}");
+                tracing::warn!("skipped (the epoch's last batch had no sample left): {e}");
             }
             return None;
         };
