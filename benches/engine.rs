@@ -45,22 +45,15 @@ impl Storage for MapStore {
         key: &str,
         options: loader_core::storage::GetOptions,
     ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
+        let bytes = self
+            .0
+            .get(key)
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, "map", key, "no such key"))?;
         let bytes = match options.range {
-            None => {
-                async {
-                    self.0
-                        .get(key)
-                        .cloned()
-                        .ok_or_else(|| Error::new(ErrorKind::NotFound, "map", key, "no such key"))
-                }
-                .await?
-            }
-            Some(range) => {
-                async {
-                    let bytes = self.get(key).await?;
-                    Ok(bytes.slice(range.start as usize..(range.end as usize).min(bytes.len())))
-                }
-                .await?
+            None => bytes,
+            Some(r) => {
+                bytes.slice((r.start as usize).min(bytes.len())..(r.end as usize).min(bytes.len()))
             }
         };
         Ok(loader_core::storage::GetResult::new(bytes))

@@ -58,18 +58,10 @@ impl Storage for Delayed {
         key: &str,
         options: loader_core::storage::GetOptions,
     ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
-        let bytes = match options.range {
-            None => {
-                async {
-                    tokio::time::sleep(Duration::from_millis(self.ms.load(Ordering::Relaxed)))
-                        .await;
-                    self.inner.get(key).await
-                }
-                .await?
-            }
-            Some(range) => async { self.inner.get_range(key, range).await }.await?,
-        };
-        Ok(loader_core::storage::GetResult::new(bytes))
+        if options.range.is_none() {
+            tokio::time::sleep(Duration::from_millis(self.ms.load(Ordering::Relaxed))).await;
+        }
+        self.inner.get_opts(key, options).await
     }
     async fn head(
         &self,

@@ -45,25 +45,13 @@ impl Storage for MadeUp {
         key: &str,
         options: loader_core::storage::GetOptions,
     ) -> Result<loader_core::storage::GetResult> {
-        let bytes = match options.range {
-            None => {
-                async {
-                    let _ = key;
-
-                    Ok(Bytes::from(vec![0u8; SAMPLE as usize]))
-                }
-                .await?
-            }
-            Some(range) => {
-                async {
-                    let _ = key;
-
-                    Ok(Bytes::from(vec![0u8; (range.end - range.start) as usize]))
-                }
-                .await?
-            }
-        };
-        Ok(loader_core::storage::GetResult::new(bytes))
+        let _ = key;
+        let len = options
+            .range
+            .map_or(SAMPLE, |r| r.end.saturating_sub(r.start));
+        Ok(loader_core::storage::GetResult::new(Bytes::from(
+            vec![0u8; len as usize],
+        )))
     }
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         let samples = if key.starts_with("shard") {

@@ -378,25 +378,18 @@ impl Storage for OneBadShard {
         key: &str,
         options: loader_core::storage::GetOptions,
     ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
-        let bytes = match options.range {
-            None => async { self.inner.get(key).await }.await?,
-            Some(range) => {
-                async {
-                    if key == "shard-000000.tar" {
-                        return Err(loader_core::storage::Error::new(
-                            ErrorKind::Other,
-                            self.name(),
-                            key,
-                            "an HTML page, not a tar",
-                        ));
-                    }
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    self.inner.get_range(key, range).await
-                }
-                .await?
+        if options.range.is_some() {
+            if key == "shard-000000.tar" {
+                return Err(loader_core::storage::Error::new(
+                    ErrorKind::Other,
+                    self.name(),
+                    key,
+                    "an HTML page, not a tar",
+                ));
             }
-        };
-        Ok(loader_core::storage::GetResult::new(bytes))
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        self.inner.get_opts(key, options).await
     }
     async fn head(&self, key: &str) -> loader_core::storage::Result<ObjectMeta> {
         self.inner.head(key).await

@@ -364,22 +364,13 @@ impl Storage for HungMount {
         key: &str,
         options: loader_core::storage::GetOptions,
     ) -> StorageResult<loader_core::storage::GetResult> {
-        let bytes = match options.range {
-            None => {
-                async {
-                    let _key = key;
-
-                    let _ = tokio::task::spawn_blocking(|| {
-                        std::thread::sleep(Duration::from_secs(3600));
-                    })
-                    .await;
-                    Ok(Bytes::new())
-                }
-                .await?
-            }
-            Some(_) => async { self.get(key).await }.await?,
-        };
-        Ok(loader_core::storage::GetResult::new(bytes))
+        // Every read hangs, whole or ranged, on a blocking thread as a hung mount does.
+        let _ = (key, options);
+        let _ = tokio::task::spawn_blocking(|| {
+            std::thread::sleep(Duration::from_secs(3600));
+        })
+        .await;
+        Ok(loader_core::storage::GetResult::new(Bytes::new()))
     }
     async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
         Ok(ObjectMeta::new(key, 0))
@@ -481,19 +472,10 @@ impl Storage for FlakyListing {
         key: &str,
         options: loader_core::storage::GetOptions,
     ) -> StorageResult<loader_core::storage::GetResult> {
-        let bytes = match options.range {
-            None => {
-                async {
-                    if self.gets.fetch_add(1, Ordering::SeqCst) < 2 {
-                        return Err(transient(self.name(), key));
-                    }
-                    self.inner.get(key).await
-                }
-                .await?
-            }
-            Some(range) => async { self.inner.get_range(key, range).await }.await?,
-        };
-        Ok(loader_core::storage::GetResult::new(bytes))
+        if options.range.is_none() && self.gets.fetch_add(1, Ordering::SeqCst) < 2 {
+            return Err(transient(self.name(), key));
+        }
+        self.inner.get_opts(key, options).await
     }
     async fn head(&self, key: &str) -> StorageResult<ObjectMeta> {
         self.inner.head(key).await

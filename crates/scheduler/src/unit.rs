@@ -3,11 +3,11 @@
 
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::FutureExt;
-use loader_storage::{DynStorage, Error, ErrorKind, GetOptions};
+use loader_storage::{DynStorage, Error, ErrorKind, GetOptions, Observer, Served};
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::hedge::{Hedge, Hedger};
@@ -151,25 +151,40 @@ impl Unit {
         })
     }
 
-    /// The request, once; the metrics learn what it met, `fetch` whether a cache answered.
+    /// The request, once; the metrics learn what it met as it happens (a throttled answer
+    /// before the retry layer's backoff, so the in-flight limit and the hedger react while
+    /// the request still waits), then whatever its result reports beyond that (a layer that
+    /// fills [`Served`](loader_storage::Served) but tells no observer); `fetch` learns
+    /// whether a cache answered.
     async fn request(
         &self,
         cx: &FetchContext,
         fetch: &InFlight<'_>,
         repeat: bool,
     ) -> Result<Bytes, Error> {
-        let mut options = GetOptions::default().repeat(repeat);
+        let seen = Arc::new(Mutex::new(Served::default()));
+        let observer = {
+            let (metrics, seen) = (Arc::clone(&cx.metrics), Arc::clone(&seen));
+            Observer::new(move |fact| {
+                metrics.served(fact);
+                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                *seen = seen.merge(fact);
+            })
+        };
+        let mut options = GetOptions::default().repeat(repeat).observe(observer);
         options.range = self.range.clone();
-        match cx.storage.get_opts(&self.key, options).await {
+        let result = cx.storage.get_opts(&self.key, options).await;
+        let seen = *seen.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
             Ok(answer) => {
-                cx.metrics.served(answer.served);
+                cx.metrics.served(answer.served.beyond(seen));
                 if answer.served.cached {
                     fetch.served_by_cache();
                 }
                 Ok(answer.bytes)
             }
             Err(e) => {
-                cx.metrics.served(e.served());
+                cx.metrics.served(e.served().beyond(seen));
                 Err(e)
             }
         }

@@ -98,3 +98,94 @@ fn a_fixed_limit_stays_fixed() {
     );
     assert!(summary.peak_in_flight <= 16);
 }
+
+/// Throttles the first read of `00000` and holds the second until `release`; the other
+/// objects pass.
+#[derive(Debug)]
+struct ThrottledThenHeld {
+    inner: DynStorage,
+    first: std::sync::atomic::AtomicBool,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl loader_storage::Storage for ThrottledThenHeld {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn get_opts(
+        &self,
+        key: &str,
+        options: loader_storage::GetOptions,
+    ) -> loader_storage::Result<loader_storage::GetResult> {
+        if key == "00000" {
+            if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return Err(loader_storage::Error::new(
+                    loader_storage::ErrorKind::Throttled,
+                    self.name(),
+                    key,
+                    "slow down",
+                ));
+            }
+            self.release.notified().await;
+        }
+        self.inner.get_opts(key, options).await
+    }
+    async fn head(&self, key: &str) -> loader_storage::Result<loader_storage::ObjectMeta> {
+        self.inner.head(key).await
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> futures::stream::BoxStream<'a, loader_storage::Result<loader_storage::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+}
+
+// The in-flight limit and the hedger's stall guard read the engine's throttling count:
+// it must rise while the throttled request still backs off, not when its retries end.
+// The request's retry is held until the engine's metrics show the throttling, so this
+// test hangs (and the watchdog fails it) if they learn it only from the result; and the
+// total afterwards is 1, not counted twice.
+#[test]
+fn the_engine_hears_of_throttling_while_the_request_still_backs_off() {
+    let (_dir, inner) = files(8);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = ThrottledThenHeld {
+        inner,
+        first: std::sync::atomic::AtomicBool::new(true),
+        release: Arc::clone(&release),
+    };
+    let retry = RetryConfig {
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(2),
+        ..RetryConfig::default()
+    };
+    let store: DynStorage = Arc::new(held.with_retry(retry));
+    let stage = Arc::new(
+        |bytes: bytes::Bytes,
+         _: &loader_scheduler::SampleInfo|
+         -> Result<usize, loader_scheduler::StageError> { Ok(bytes.len()) },
+    );
+    let config = Config {
+        fetch: Fetch::Async { max_in_flight: 4 },
+        decode_threads: 1,
+        ..Config::default()
+    };
+    let total =
+        loader_testkit::watchdog::within(support::HANG_LIMIT, "a throttled read", move || {
+            let mut engine =
+                loader_scheduler::Engine::start(store, stage, support::plans(8, 8), &config)
+                    .unwrap();
+            let metrics = engine.metrics();
+            while metrics.summary().throttled == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            release.notify_one();
+            let batch = engine.next_blocking().unwrap().unwrap();
+            assert_eq!(batch.samples.len(), 8);
+            while engine.next_blocking().is_some() {}
+            metrics.summary().throttled
+        });
+    assert_eq!(total, 1, "one throttled answer, counted once");
+}

@@ -62,23 +62,8 @@ impl Storage for Stalling {
         key: &str,
         options: loader_storage::GetOptions,
     ) -> loader_storage::Result<loader_storage::GetResult> {
-        let bytes = match options.range {
-            None => {
-                async {
-                    self.maybe_stall(key).await;
-                    self.inner.get(key).await
-                }
-                .await?
-            }
-            Some(range) => {
-                async {
-                    self.maybe_stall(key).await;
-                    self.inner.get_range(key, range).await
-                }
-                .await?
-            }
-        };
-        Ok(loader_storage::GetResult::new(bytes))
+        self.maybe_stall(key).await;
+        self.inner.get_opts(key, options).await
     }
     async fn head(&self, key: &str) -> loader_storage::Result<ObjectMeta> {
         self.inner.head(key).await

@@ -3,8 +3,12 @@
 //! Layers fill `Served` as they return, so a caller that adapts to the store (the engine's
 //! in-flight limit, its hedger) reads the facts from the result, as object_store's
 //! `GetOptions`/`GetResult` carry theirs: no side channel a custom layer could break.
+//! A caller that must know while the read is still under way (a throttled answer, before
+//! the retry layer's backoff) gives an [`Observer`] in the options; layers tell it each
+//! fact as it happens, and the totals still come back in `Served`.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -24,6 +28,9 @@ pub struct GetOptions {
     /// It asks again for what a read under way asks for (a hedge): a layer must not make it
     /// wait for that read (a cache's single flight), which it is meant to overtake.
     pub repeat: bool,
+    /// Told of each fact a layer will report in [`Served`] when it happens, so a caller
+    /// adapts while the read is still backing off; layers pass the options on unchanged.
+    pub observer: Option<Observer>,
 }
 
 impl GetOptions {
@@ -46,7 +53,47 @@ impl GetOptions {
         self.repeat = repeat;
         self
     }
+
+    /// Tell `observer` what the read meets as it happens.
+    pub fn observe(mut self, observer: Observer) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Tell the observer, if any, that the read just met `fact` (one retry, one throttled
+    /// answer): a layer calls this where it adds the same to the read's [`Served`].
+    pub fn met(&self, fact: Served) {
+        if let Some(observer) = &self.observer {
+            (observer.0)(fact);
+        }
+    }
 }
+
+/// A callback told of what a read meets while it is under way ([`GetOptions::observer`]).
+/// Two observers are equal when they are the same callback.
+#[derive(Clone)]
+pub struct Observer(Arc<dyn Fn(Served) + Send + Sync>);
+
+impl Observer {
+    /// An observer calling `f` with each fact.
+    pub fn new(f: impl Fn(Served) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
+}
+
+impl PartialEq for Observer {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Observer {}
 
 /// What a read met besides its answer. On an error, [`Error::served`](crate::Error::served)
 /// says the same of the failed read.
@@ -63,6 +110,32 @@ pub struct Served {
 }
 
 impl Served {
+    /// One throttling answer repeated.
+    pub fn throttled() -> Self {
+        Self {
+            throttled: 1,
+            ..Self::default()
+        }
+    }
+
+    /// One failure other than throttling repeated.
+    pub fn retried() -> Self {
+        Self {
+            retries: 1,
+            ..Self::default()
+        }
+    }
+
+    /// What `self` counts beyond `seen` (saturating): the part of a read's totals an
+    /// observer was not told of (a custom layer that fills `Served` but calls no observer).
+    pub fn beyond(self, seen: Served) -> Served {
+        Served {
+            cached: self.cached,
+            retries: self.retries.saturating_sub(seen.retries),
+            throttled: self.throttled.saturating_sub(seen.throttled),
+        }
+    }
+
     /// `self` and what an inner layer reported, for one read made of both.
     pub fn merge(self, inner: Served) -> Served {
         Served {

@@ -5,7 +5,11 @@
 //! limit, simulated latency, fault injection, metrics), as `object_store`'s `ThrottledStore` does.
 //! A backend implements one read, [`Storage::get_opts`] ([`GetOptions`] in, [`GetResult`]
 //! out); layers report what a read met in its result ([`Served`]: a cache's answer,
-//! retries, throttling), so a caller that adapts to the store reads it there.
+//! retries, throttling), so a caller that adapts to the store reads it there, and tell an
+//! [`Observer`] given in the options of each such fact as it happens (a throttled answer
+//! before the backoff), for a caller that must react while the read is still under way
+//! (proved by `the_engine_hears_of_throttling_while_the_request_still_backs_off`). A layer
+//! passes the options on to the store it wraps.
 //!
 //! ```
 //! use loader_storage::{from_url, Storage, StorageExt, layer::RetryConfig};
@@ -64,7 +68,7 @@ mod redact;
 mod url;
 
 pub use error::{Error, ErrorKind, Result};
-pub use get::{GetOptions, GetResult, Served};
+pub use get::{GetOptions, GetResult, Observer, Served};
 pub use key::{MAX_KEY_LEN, check_key, check_prefix, key_problem};
 pub use open_files::{open_files_limit, raise_open_files_limit};
 pub use redact::{redact, redact_urls};

@@ -272,27 +272,10 @@ impl Storage for FirstReadLost {
         key: &str,
         options: loader_storage::GetOptions,
     ) -> loader_storage::Result<loader_storage::GetResult> {
-        let bytes = match options.range {
-            None => {
-                async {
-                    if !self.lost.swap(true, Ordering::SeqCst) {
-                        tokio::time::sleep(Duration::from_secs(3600)).await;
-                    }
-                    self.inner.get(key).await
-                }
-                .await?
-            }
-            Some(range) => {
-                async {
-                    if !self.lost.swap(true, Ordering::SeqCst) {
-                        tokio::time::sleep(Duration::from_secs(3600)).await;
-                    }
-                    self.inner.get_range(key, range).await
-                }
-                .await?
-            }
-        };
-        Ok(loader_storage::GetResult::new(bytes))
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        self.inner.get_opts(key, options).await
     }
     async fn head(&self, key: &str) -> loader_storage::Result<loader_storage::ObjectMeta> {
         self.inner.head(key).await

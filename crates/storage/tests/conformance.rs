@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use loader_storage::backend::ObjectStoreAdapter;
-use loader_storage::{DynStorage, ErrorKind, Storage, from_url};
+use loader_storage::{DynStorage, ErrorKind, GetOptions, Storage, from_url};
 use loader_testkit::{DelayProxy, HttpServer, S3Server};
 use object_store::ObjectStoreExt;
 use tempfile::TempDir;
@@ -65,6 +65,20 @@ async fn conformance(store: &dyn Storage, can_list: bool) {
         );
     }
     let b = &objects()[1].1;
+    // What a read says of its object, where the backend tells: the whole object's size and
+    // the version a HEAD names, also for a range.
+    let answer = store
+        .get_opts("dir/b.bin", GetOptions::range(10..20))
+        .await
+        .unwrap();
+    if let Some(meta) = &answer.meta {
+        let head = store.head("dir/b.bin").await.unwrap();
+        assert_eq!(
+            (meta.size, &meta.version),
+            (b.len() as u64, &head.version),
+            "{name}"
+        );
+    }
     assert_eq!(
         store.get_range("dir/b.bin", 10..20).await.unwrap().as_ref(),
         &b[10..20],
@@ -183,6 +197,14 @@ async fn object_store_s3() {
     let server = S3Server::start(root.path()).unwrap();
     let store = s3_store(&server, &server.endpoint());
     conformance(&*store, true).await;
+    let answer = store
+        .get_opts("a.txt", GetOptions::range(0..1))
+        .await
+        .unwrap();
+    assert!(
+        answer.meta.is_some(),
+        "object_store tells the object's size and version"
+    );
 
     // A prefix in the URL makes keys relative to it.
     let prefixed = from_url(&format!("s3://{BUCKET}/dir"), server.options()).unwrap();

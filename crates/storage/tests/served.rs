@@ -138,3 +138,92 @@ async fn a_cached_answer_is_the_reads_own() {
     assert!(hit.unwrap().served.cached);
     assert!(!miss.unwrap().served.cached);
 }
+
+/// Throttles its first read; holds its second until `release` is notified.
+#[derive(Debug)]
+struct ThrottleThenHold {
+    reads: AtomicUsize,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Storage for ThrottleThenHold {
+    fn name(&self) -> &str {
+        "held://"
+    }
+    async fn get_opts(&self, key: &str, _: GetOptions) -> Result<GetResult> {
+        if self.reads.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(Error::new(
+                ErrorKind::Throttled,
+                self.name(),
+                key,
+                "slow down",
+            ));
+        }
+        self.release.notified().await;
+        Ok(GetResult::new(Bytes::from_static(b"answer")))
+    }
+    async fn head(&self, key: &str) -> Result<ObjectMeta> {
+        Ok(ObjectMeta::new(key, 6))
+    }
+    fn list<'a>(&'a self, _: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
+        Box::pin(futures::stream::empty())
+    }
+}
+
+#[tokio::test]
+async fn an_observer_hears_of_throttling_while_the_read_is_still_under_way() {
+    // The read's second attempt waits until the test has heard of the first one's
+    // throttling: the test passes only if the observer is told before the read returns.
+    // Through a cache (its single flight runs the request for the read) and a layer that
+    // reads on another task.
+    for cached in [false, true] {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let inner = ThrottleThenHold {
+            reads: AtomicUsize::new(0),
+            release: Arc::clone(&release),
+        };
+        let retried: Arc<dyn Storage> =
+            Arc::new(Spawning(Arc::new(inner.with_retry(quick_retries(5)))));
+        let store: Arc<dyn Storage> = if cached {
+            Arc::new(
+                retried
+                    .with_cache(CacheConfig {
+                        memory_bytes: 1 << 20,
+                        ..CacheConfig::default()
+                    })
+                    .unwrap(),
+            )
+        } else {
+            retried
+        };
+        let (told, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let observer = loader_storage::Observer::new(move |fact| {
+            let _ = told.send(fact);
+        });
+        let read = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move {
+                store
+                    .get_opts("k", GetOptions::range(0..6).observe(observer))
+                    .await
+            }
+        });
+        let fact = tokio::time::timeout(Duration::from_secs(20), heard.recv())
+            .await
+            .unwrap_or_else(|_| panic!("cached {cached}: no word of the throttling in 20 s"))
+            .expect("the observer is alive while the read is");
+        assert_eq!((fact.throttled, fact.retries), (1, 0), "cached {cached}");
+        assert!(
+            !read.is_finished(),
+            "cached {cached}: the read waits for its release"
+        );
+        release.notify_one();
+        let answer = tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the released read returns")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.served.throttled, 1, "the total still comes back");
+    }
+}

@@ -117,7 +117,7 @@ impl ObjectStoreAdapter {
         key: &str,
         range: Range<u64>,
         version: Option<&str>,
-    ) -> Result<Bytes> {
+    ) -> Result<(Bytes, Option<ObjectMeta>)> {
         let path = self.path(key)?;
         if range.start > range.end {
             return Err(Error::new(
@@ -128,7 +128,7 @@ impl ObjectStoreAdapter {
             ));
         }
         if range.start == range.end {
-            return Ok(Bytes::new());
+            return Ok((Bytes::new(), None));
         }
         let options = GetOptions::default().with_range(Some(range));
         let result = self
@@ -147,7 +147,8 @@ impl ObjectStoreAdapter {
                 format!("the object changed since it was listed (version {want:?}, now {got:?})"),
             ));
         }
-        self.body(key, result).await
+        let meta = meta_of(key, &result.meta);
+        Ok((self.body(key, result).await?, Some(meta)))
     }
 
     /// The wrapped store, for operations this crate does not cover (e.g. writing).
@@ -226,6 +227,16 @@ fn status_in(message: &str) -> Option<u16> {
 /// reads a missing `Last-Modified` as the Unix epoch, which says nothing. An ETag is taken
 /// without its quotes and weak mark: servers quote it in a header and not always in a
 /// listing, and the same object must have one version whichever of them named it.
+/// What a response says of its object: the whole object's size (a ranged answer's
+/// `Content-Range` total) and its version.
+fn meta_of(key: &str, meta: &::object_store::ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        key: key.to_owned(),
+        size: meta.size,
+        version: version_of(meta),
+    }
+}
+
 fn version_of(meta: &::object_store::ObjectMeta) -> Option<String> {
     tag_of(meta).or_else(|| modified_of(meta))
 }
@@ -260,14 +271,15 @@ fn version_like(want: &str, response: &::object_store::ObjectMeta) -> Option<Str
 
 impl ObjectStoreAdapter {
     /// The whole of `key`, within the read limit.
-    async fn read_whole(&self, key: &str) -> Result<Bytes> {
+    async fn read_whole(&self, key: &str) -> Result<(Bytes, Option<ObjectMeta>)> {
         let path = self.path(key)?;
         let result = self
             .inner
             .get(&path)
             .await
             .map_err(|e| self.error(key, e))?;
-        self.body(key, result).await
+        let meta = meta_of(key, &result.meta);
+        Ok((self.body(key, result).await?, Some(meta)))
     }
 }
 
@@ -278,12 +290,14 @@ impl Storage for ObjectStoreAdapter {
     }
 
     async fn get_opts(&self, key: &str, options: crate::GetOptions) -> Result<crate::GetResult> {
-        let bytes = match (options.range, options.if_match) {
+        let (bytes, meta) = match (options.range, options.if_match) {
             (Some(range), version) => self.read_range(key, range, version.as_deref()).await?,
             (None, None) => self.read_whole(key).await?,
             (None, Some(_)) => return Err(super::whole_if_match(&self.name, key)),
         };
-        Ok(crate::GetResult::new(bytes))
+        let mut answer = crate::GetResult::new(bytes);
+        answer.meta = meta;
+        Ok(answer)
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -293,11 +307,7 @@ impl Storage for ObjectStoreAdapter {
             .head(&path)
             .await
             .map_err(|e| self.error(key, e))?;
-        Ok(ObjectMeta {
-            key: key.to_owned(),
-            size: meta.size,
-            version: version_of(&meta),
-        })
+        Ok(meta_of(key, &meta))
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {

@@ -132,7 +132,7 @@ impl<S: Storage> RetryStore<S> {
     /// restarts it from the beginning, within the same attempts and time as a request.
     pub async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
         use futures::TryStreamExt;
-        self.retry(&mut Served::default(), || {
+        self.retry(&mut Served::default(), &GetOptions::default(), || {
             self.inner.list(prefix).try_collect::<Vec<_>>()
         })
         .await
@@ -140,7 +140,12 @@ impl<S: Storage> RetryStore<S> {
 
     /// `attempt` until it succeeds, fails for good, or the policy gives up; what was
     /// retried (and what the attempts' own layers met) is added to `served`.
-    async fn retry<T, F, Fut>(&self, served: &mut Served, mut attempt: F) -> Result<T>
+    async fn retry<T, F, Fut>(
+        &self,
+        served: &mut Served,
+        options: &GetOptions,
+        mut attempt: F,
+    ) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
@@ -172,17 +177,13 @@ impl<S: Storage> RetryStore<S> {
                 )));
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
-            // The caller sees only the last answer; what was retried, it learns here.
+            // The caller sees only the last answer; what was retried, it learns here, and
+            // its observer now, before the backoff (an adaptive limit cuts on throttling).
             let retried = match err.kind() {
-                crate::ErrorKind::Throttled => Served {
-                    throttled: 1,
-                    ..Served::default()
-                },
-                _ => Served {
-                    retries: 1,
-                    ..Served::default()
-                },
+                crate::ErrorKind::Throttled => Served::throttled(),
+                _ => Served::retried(),
             };
+            options.met(retried);
             *served = served.merge(retried);
             tokio::time::sleep(backoff).await;
         }
@@ -198,7 +199,9 @@ impl<S: Storage> Storage for RetryStore<S> {
     async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         let mut met = Served::default();
         let result = self
-            .retry(&mut met, || self.inner.get_opts(key, options.clone()))
+            .retry(&mut met, &options, || {
+                self.inner.get_opts(key, options.clone())
+            })
             .await;
         match result {
             Ok(mut answer) => {
@@ -211,8 +214,10 @@ impl<S: Storage> Storage for RetryStore<S> {
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
-        self.retry(&mut Served::default(), || self.inner.head(key))
-            .await
+        self.retry(&mut Served::default(), &GetOptions::default(), || {
+            self.inner.head(key)
+        })
+        .await
     }
 
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
@@ -220,7 +225,7 @@ impl<S: Storage> Storage for RetryStore<S> {
         // Until the first item: open the listing, retrying a retryable first failure.
         let first = async move {
             let opened = self
-                .retry(&mut Served::default(), || async {
+                .retry(&mut Served::default(), &GetOptions::default(), || async {
                     let mut stream = self.inner.list(prefix);
                     match stream.next().await {
                         Some(Err(e)) => Err(e),

@@ -768,7 +768,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         key: &str,
         units: &[(EntryId, Unit)],
         origin: Option<&Origin>,
-        repeat: bool,
+        read: &GetOptions,
     ) -> Result<(Vec<Bytes>, Served)> {
         let block = self.shared().block_bytes;
         // A hedge is sent because the request under way seems lost: joining that one's
@@ -780,7 +780,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let waits: Vec<Wait> = {
             let mut flights = lock(&self.shared().flights);
             let free: Vec<usize> = (0..units.len())
-                .filter(|&i| repeat || !flights.contains_key(&units[i].0))
+                .filter(|&i| read.repeat || !flights.contains_key(&units[i].0))
                 .collect();
             // A flight stores its entries before it leaves the map: one that landed since
             // the caller looked is in a tier now, and is not fetched again.
@@ -801,7 +801,7 @@ impl<S: Storage + 'static> CacheStore<S> {
                     Unit::Whole => 0,
                     Unit::Block(n) => n * block,
                 };
-                let fetch = self.fetch_span(key, first, last, run, origin);
+                let fetch = self.fetch_span(key, (first, last), run, origin, read);
                 for &(id, _) in run {
                     flights.insert(
                         id,
@@ -863,7 +863,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         // Files dropped as corrupt or stale since: fetched after all.
         if !again.is_empty() {
             let missing: Vec<(EntryId, Unit)> = again.iter().map(|&i| units[i]).collect();
-            let (fetched, met) = Box::pin(self.fetch(key, &missing, origin, repeat)).await?;
+            let (fetched, met) = Box::pin(self.fetch(key, &missing, origin, read)).await?;
             served = served.merge(met);
             for (i, bytes) in again.into_iter().zip(fetched) {
                 out[i] = Some(bytes);
@@ -878,10 +878,10 @@ impl<S: Storage + 'static> CacheStore<S> {
     fn fetch_span(
         &self,
         key: &str,
-        first: Unit,
-        last: Unit,
+        (first, last): (Unit, Unit),
         own: &[(EntryId, Unit)],
         origin: Option<&Origin>,
+        read: &GetOptions,
     ) -> Fetch {
         // Weak: the flight map holds this future, and must not keep the cache alive.
         let (inner, weak) = (Arc::clone(&self.inner), Arc::downgrade(self.shared()));
@@ -889,6 +889,9 @@ impl<S: Storage + 'static> CacheStore<S> {
         let (key, own, origin) = (key.to_owned(), own.to_vec(), origin.cloned());
         let block = self.shared().block_bytes;
         let checked = !lock(&self.shared().state).unchecked.contains(&key);
+        // The flight's request tells the observer of the read that sent it; readers who
+        // join the flight learn only its answer.
+        let observer = read.observer.clone();
         async move {
             let request = async {
                 match (first, last) {
@@ -904,9 +907,16 @@ impl<S: Storage + 'static> CacheStore<S> {
                             Some(version) if checked => options = options.if_match(version),
                             _ => {}
                         }
+                        options.observer = observer;
                         inner.get_opts(&key, options).await
                     }
-                    _ => inner.get_opts(&key, GetOptions::default()).await,
+                    _ => {
+                        let options = GetOptions {
+                            observer,
+                            ..GetOptions::default()
+                        };
+                        inner.get_opts(&key, options).await
+                    }
                 }
                 .map(|answer| (answer.bytes, answer.served))
             };
@@ -967,7 +977,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         units: Vec<(EntryId, Unit)>,
         origin: Option<Origin>,
         asked: bool,
-        repeat: bool,
+        read: &GetOptions,
     ) -> Result<(Vec<Bytes>, Served)> {
         let ids: Vec<EntryId> = units.iter().map(|(id, _)| *id).collect();
         let sources = self.shared().look_up(&ids);
@@ -1002,7 +1012,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         Counters::add(&counters.misses, missing.len() as u64);
         let mut served = Served::default();
         if !missing.is_empty() {
-            let (fetched, met) = self.fetch(key, &missing, origin.as_ref(), repeat).await?;
+            let (fetched, met) = self.fetch(key, &missing, origin.as_ref(), read).await?;
             served = met;
             let mut fetched = fetched.into_iter();
             for part in parts.iter_mut().filter(|p| p.is_none()) {
@@ -1027,11 +1037,10 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
     /// against what listings, HEADs and [`Cache::learn`] told it, and asks the store for
     /// the version it keeps entries of.
     async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
-        let repeat = options.repeat;
-        let Some(range) = options.range else {
+        let Some(range) = options.range.clone() else {
             let (origin, asked) = self.origin(key).await?;
             let unit = (entry_id(key, Unit::Whole), Unit::Whole);
-            let (mut parts, served) = self.serve(key, vec![unit], origin, asked, repeat).await?;
+            let (mut parts, served) = self.serve(key, vec![unit], origin, asked, &options).await?;
             return Ok(GetResult {
                 bytes: parts.pop().unwrap_or_default(),
                 meta: None,
@@ -1044,7 +1053,7 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
         // object rewritten without pause is an error, not a loop.
         for _ in 0..CHANGED_ATTEMPTS {
             match self
-                .read_range(key, range.clone(), origin.clone(), asked, repeat)
+                .read_range(key, range.clone(), origin.clone(), asked, &options)
                 .await
             {
                 Err(e) if e.kind() == ErrorKind::Changed => {
@@ -1060,7 +1069,7 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
                 other => return other,
             }
         }
-        self.read_range(key, range, origin, asked, repeat).await
+        self.read_range(key, range, origin, asked, &options).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
@@ -1116,14 +1125,21 @@ impl<S: Storage + 'static> CacheStore<S> {
         range: Range<u64>,
         origin: Option<Origin>,
         asked: bool,
-        repeat: bool,
+        read: &GetOptions,
     ) -> Result<GetResult> {
         let end = origin.as_ref().map_or(range.end, |o| range.end.min(o.size));
         if range.start >= end {
             // Empty, or past the end: the store answers as it does.
             return self
                 .inner
-                .get_opts(key, GetOptions::range(range).repeat(repeat))
+                .get_opts(
+                    key,
+                    GetOptions {
+                        range: Some(range),
+                        if_match: None,
+                        ..read.clone()
+                    },
+                )
                 .await;
         }
         let block = self.shared().block_bytes;
@@ -1132,7 +1148,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let units: Vec<(EntryId, Unit)> = blocks
             .map(|n| (entry_id(key, Unit::Block(n)), Unit::Block(n)))
             .collect();
-        let (parts, served) = self.serve(key, units, origin, asked, repeat).await?;
+        let (parts, served) = self.serve(key, units, origin, asked, read).await?;
         // Cut the read out of its blocks: zero-copy when it lies within one.
         let mut pieces = Vec::with_capacity(parts.len());
         for (k, part) in parts.into_iter().enumerate() {
