@@ -335,9 +335,11 @@ class DataLoader:
         shard_order: ``"local"`` or ``"global"`` for shuffled shards.
         shuffle_buffer: samples shuffled together in ``"local"`` shard order.
         cache_dir: cache what is read in this directory, so later epochs and runs read
-            local disk; ``cache_size`` its budget in bytes (default 16 GiB),
-            ``cache_memory`` the memory tier's (default 256 MiB), ``cache_policy``
-            ``"future"``, ``"lru"`` or ``"pin-once"``.
+            local disk.
+        cache_size: the cache directory's budget in bytes (default 16 GiB).
+        cache_memory: the cache's memory tier in bytes (default 256 MiB).
+        cache_policy: what the cache evicts: ``"future"`` (what is read last or never in
+            the epochs ahead; the default), ``"lru"`` or ``"pin-once"``.
         epochs: epochs to read at most (the loader does not prefetch past the last).
         request_timeout: seconds one attempt of one request may take (default 30).
         max_retries: retries of a failed request (default 9, with backoff, within 2 min).
