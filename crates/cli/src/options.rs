@@ -97,7 +97,7 @@ impl LoaderArgs {
     /// With `--list-options`: print every option, and say so.
     pub fn listed(&self) -> bool {
         if self.list_options {
-            for k in LoaderOptions::default().keys() {
+            for k in LoaderOptions::keys() {
                 println!("{:<28} {:<12} {}", k.key, k.default, k.doc);
             }
         }

@@ -14,7 +14,7 @@
 //! assert_eq!(options.engine.prefetch, 4);
 //! let err = options.set("engine.prefech", "4").unwrap_err().to_string();
 //! assert!(err.contains("engine.prefetch"), "{err}"); // the known keys are named
-//! assert!(options.keys().iter().any(|k| k.key == "storage.request_timeout"));
+//! assert!(LoaderOptions::keys().iter().any(|k| k.key == "storage.request_timeout"));
 //! ```
 
 use std::ops::Range;
@@ -222,8 +222,7 @@ impl LoaderOptions {
             }),
             None => Err(OptionError::Unknown {
                 key: key.to_owned(),
-                known: Self::default()
-                    .keys()
+                known: Self::keys()
                     .into_iter()
                     .map(|k| k.key)
                     .collect::<Vec<_>>()
@@ -233,10 +232,9 @@ impl LoaderOptions {
     }
 
     /// Every option: its key, its default and what it does.
-    pub fn keys(&self) -> Vec<OptionKey> {
-        let defaults = Self::default();
+    pub fn keys() -> Vec<OptionKey> {
         let mut out = Vec::new();
-        defaults.list("", &mut out);
+        Self::default().list("", &mut out);
         out
     }
 
@@ -486,15 +484,20 @@ mod tests {
 
     #[test]
     fn every_key_sets_its_own_default_back() {
-        let defaults = LoaderOptions::default();
-        let keys = defaults.keys();
+        let keys = LoaderOptions::keys();
         assert!(keys.len() >= 25, "{}", keys.len());
         for k in &keys {
             let mut options = LoaderOptions::default();
             options
                 .set(&k.key, &k.default)
                 .unwrap_or_else(|e| panic!("{}: {e}", k.key));
-            assert_eq!(options, defaults, "{} = {}", k.key, k.default);
+            assert_eq!(
+                options,
+                LoaderOptions::default(),
+                "{} = {}",
+                k.key,
+                k.default
+            );
             assert!(!k.doc.is_empty(), "{} has no doc", k.key);
         }
     }

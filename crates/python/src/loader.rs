@@ -27,8 +27,7 @@ const TICK: Duration = Duration::from_millis(50);
 /// Python package checks its keywords cover them.
 #[pyfunction]
 pub fn option_keys() -> Vec<(String, String, &'static str)> {
-    LoaderOptions::default()
-        .keys()
+    LoaderOptions::keys()
         .into_iter()
         .map(|k| (k.key, k.default, k.doc))
         .collect()
