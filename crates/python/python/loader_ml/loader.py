@@ -28,32 +28,82 @@ Transform = Union[
 ]
 
 
-class Batch:
-    """One batch. Unpacks as ``images, labels``; also has ``keys``, ``indices``, ``epoch``
-    and ``skipped`` (the exceptions of samples skipped under ``skip_errors``).
+class Batch(tuple):
+    """One batch: the tuple ``(images, labels)``, so it unpacks (``images, labels =
+    batch``), indexes (``batch[0]``) and has ``len(batch) == 2`` as torch's default collate
+    of ``(image, label)`` samples does; it also has ``images``, ``labels``, ``keys``,
+    ``indices``, ``epoch`` and ``skipped`` (the exceptions of samples skipped under
+    ``skip_errors``).
+
+    ``batch.to(device, non_blocking=True)`` moves its tensors and keeps the rest, which is
+    how Lightning's ``move_data_to_device`` and Accelerate's ``send_to_device`` move it;
+    ``torch.utils._pytree`` sees its two tensors as leaves.
 
     ``images`` is ``[N, C, H, W]`` float32 after a tensor transform, ``[N, H, W, C]`` uint8
     without one; ``labels`` is ``[N]`` int64. Both view the loader's memory: keep them as
     long as needed, the memory goes back to the loader when the last view is gone.
     """
 
-    __slots__ = ("images", "labels", "keys", "indices", "epoch", "skipped")
+    keys: list[str]
+    indices: list[int]
+    epoch: int
+    skipped: list[Exception]
 
-    def __init__(self, images: Any, labels: Any, keys: list[str], indices: list[int],
-                 epoch: int, skipped: list[Exception]) -> None:
-        self.images = images
-        self.labels = labels
-        self.keys = keys
-        self.indices = indices
+    def __new__(cls, images: Any, labels: Any, keys: Sequence[str] = (),
+                indices: Sequence[int] = (), epoch: int = 0,
+                skipped: Sequence[Exception] = ()) -> Batch:
+        self = super().__new__(cls, (images, labels))
+        self.keys = list(keys)
+        self.indices = list(indices)
         self.epoch = epoch
-        self.skipped = skipped
+        self.skipped = list(skipped)
+        return self
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.images, self.labels))
+    @property
+    def images(self) -> Any:
+        """The batch's images."""
+        return self[0]
+
+    @property
+    def labels(self) -> Any:
+        """The batch's labels."""
+        return self[1]
+
+    def _with(self, images: Any, labels: Any) -> Batch:
+        """Other tensors, the same samples."""
+        return Batch(images, labels, self.keys, self.indices, self.epoch, self.skipped)
+
+    def to(self, *args: Any, **kwargs: Any) -> Batch:
+        """The batch with each tensor's ``.to(*args, **kwargs)`` (numpy arrays, which have
+        no ``to``, stay as they are)."""
+        return self._with(*(x.to(*args, **kwargs) if hasattr(x, "to") else x for x in self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Batch, (self[0], self[1], self.keys, self.indices, self.epoch, self.skipped))
 
     def __repr__(self) -> str:
         shape = tuple(getattr(self.images, "shape", ()))
         return f"Batch(images={shape}, epoch={self.epoch}, skipped={len(self.skipped)})"
+
+
+_PYTREE_REGISTERED = False
+
+
+def _register_pytree(torch: Any) -> None:
+    """Make ``torch.utils._pytree`` (``tree_map``, ``torch.compile``'s input handling) see
+    a batch's two tensors, not one opaque leaf, and rebuild it with its keys."""
+    global _PYTREE_REGISTERED
+    if _PYTREE_REGISTERED or torch is None:
+        return
+    _PYTREE_REGISTERED = True
+    from torch.utils import _pytree
+
+    _pytree.register_pytree_node(
+        Batch,
+        lambda b: (list(b), (b.keys, b.indices, b.epoch, b.skipped)),
+        lambda values, context: Batch(*values, *context),
+        serialized_type_name="loader_ml.Batch",
+    )
 
 
 def _torch_or_none() -> Any:
@@ -210,6 +260,21 @@ def _torch_worker() -> Any:
     """torch's ``get_worker_info()`` when this runs in a torch DataLoader worker."""
     data = sys.modules.get("torch.utils.data")
     return data.get_worker_info() if data is not None else None
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def _rebuild(settings: dict[str, Any], state: dict[str, Any] | None) -> DataLoader:
+    """A pickled loader, made again from its settings and resumed where it stood."""
+    loader = DataLoader(**settings)
+    if state is not None:
+        loader.load_state_dict(state)
+    return loader
 
 
 #: Loaders not yet closed, closed at interpreter exit (before finalization, while their
@@ -397,6 +462,8 @@ class DataLoader:
         cache_block: int | None = None,
         output: Literal["auto", "torch", "numpy"] = "auto",
     ) -> None:
+        # What a pickle of this loader rebuilds it from (spawned workers and ranks).
+        self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         given = {k: v for k, v in locals().items() if k in _OPTIONS}
         if isinstance(dataset, (str, os.PathLike)):
             dataset = Dataset(os.fspath(dataset), manifest=manifest,
@@ -454,7 +521,12 @@ class DataLoader:
         self._native = _native.Loader(
             dataset, options=options, transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function)
+        _register_pytree(self._torch)
         self.batch_size = batch_size
+        self.drop_last = drop_last
+        # Decode threads, not processes: as given, else one per core this process may use.
+        self.num_workers = num_workers if num_workers is not None else _cores()
+        self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
         self._pass = 0
         _LIVE.add(self)
 
@@ -506,6 +578,32 @@ class DataLoader:
                 f"this loader reads share {here[0]} of {here[1]} (from the {self._ranks_from}) "
                 f"but torch.distributed's process group says rank {group[0]} of {group[1]}; "
                 "make the loader after init_process_group, or give rank= and world_size=")
+
+    #: What libraries look up on a torch DataLoader, with this loader's answers: it
+    #: batches and orders natively (no torch sampler or collate function to swap), and its
+    #: batches are in pageable memory.
+    sampler = None
+    batch_sampler = None
+    collate_fn = None
+    pin_memory = False
+    persistent_workers = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A loader pickles as its settings and where it stands, so spawned processes
+        (``mp.spawn``, the ``spawn`` and ``forkserver`` start methods) rebuild it; ranks
+        given as ``None`` are resolved again where it is rebuilt."""
+        if not isinstance(self._settings["dataset"], (str, os.PathLike)):
+            raise TypeError(
+                "a DataLoader made from a Dataset object cannot be pickled (the Dataset "
+                "holds open storage); make it from the URL, with manifest= and "
+                "storage_options=, to pickle it")
+        try:
+            state = self.state_dict() if self._pass > 0 else None
+        except ConfigError as e:
+            raise TypeError(
+                f"this loader cannot be pickled after it has started: {e}; pickle it "
+                "before its first iter()") from e
+        return (_rebuild, (self._settings, state))
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank)."""

@@ -1,0 +1,102 @@
+"""Batches and loaders shaped as torch's: a batch is the tuple ``(images, labels)`` that
+Lightning, Accelerate and ``torch.utils._pytree`` move and map; a loader has the attributes
+libraries look up and pickles as its settings and position, so spawned processes rebuild it.
+Every wait has a limit."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import loader_ml
+
+
+def test_a_batch_unpacks_indexes_and_keeps_its_keys(data_root: Path) -> None:
+    loader = loader_ml.DataLoader(str(data_root / "images"), batch_size=4)
+    batch = next(iter(loader))
+    images, labels = batch
+    assert isinstance(batch, tuple) and len(batch) == 2
+    assert batch[0] is images is batch.images and batch[1] is labels is batch.labels
+    assert images.shape[0] == labels.shape[0] == 4 == len(batch.keys) == len(batch.indices)
+    assert batch.epoch == 0 and batch.skipped == []
+    copy = pickle.loads(pickle.dumps(batch))
+    assert copy.keys == batch.keys and torch.equal(copy.images, images)
+
+
+def test_lightning_and_pytree_move_a_batch_and_keep_its_keys(data_root: Path) -> None:
+    """``meta`` stands for a GPU: tensors move there on any machine. Before, Lightning
+    returned the batch unmoved and pytree saw one leaf."""
+    fabric = pytest.importorskip("lightning.fabric.utilities.apply_func")
+    from torch.utils import _pytree
+
+    loader = loader_ml.DataLoader(str(data_root / "images"), batch_size=4)
+    batch = next(iter(loader))
+    moved = fabric.move_data_to_device(batch, torch.device("meta"))
+    assert isinstance(moved, loader_ml.Batch)
+    assert moved.images.device.type == moved.labels.device.type == "meta"
+    assert (moved.keys, moved.indices, moved.epoch) == (batch.keys, batch.indices, batch.epoch)
+    assert len(_pytree.tree_leaves(batch)) == 2
+    doubled = _pytree.tree_map(lambda t: t * 2, batch)
+    assert isinstance(doubled, loader_ml.Batch) and doubled.keys == batch.keys
+    assert torch.equal(doubled.labels, batch.labels * 2)
+
+
+def test_a_loader_has_the_attributes_libraries_look_up(data_root: Path) -> None:
+    loader = loader_ml.DataLoader(str(data_root / "images"), batch_size=4, drop_last=True,
+                                  num_workers=2)
+    assert (loader.batch_size, loader.drop_last, loader.num_workers) == (4, True, 2)
+    assert loader.prefetch_factor == 2 and loader.pin_memory is False
+    assert loader.sampler is None and loader.collate_fn is None
+    assert isinstance(loader.dataset, loader_ml.Dataset)
+
+
+def test_a_pickled_loader_continues_where_it_stood(data_root: Path) -> None:
+    url = str(data_root / "images")
+    loader = loader_ml.DataLoader(url, batch_size=4, shuffle=True, seed=5)
+    whole = [k for b in loader for k in b.keys]
+    fresh = pickle.loads(pickle.dumps(loader_ml.DataLoader(url, batch_size=4, shuffle=True,
+                                                           seed=5)))
+    assert [k for b in fresh for k in b.keys] == whole
+    started = loader_ml.DataLoader(url, batch_size=4, shuffle=True, seed=5)
+    it = iter(started)
+    first = next(it).keys + next(it).keys
+    rebuilt = pickle.loads(pickle.dumps(started))
+    rest = [k for b in rebuilt for k in b.keys]
+    assert first + rest == whole, "exactly the batches not yet delivered"
+    with pytest.raises(TypeError, match="from the URL"):
+        pickle.dumps(loader_ml.DataLoader(loader_ml.Dataset(url), batch_size=4))
+
+
+def test_a_loader_reaches_a_spawned_process(data_root: Path, tmp_path: Path) -> None:
+    """The start method of Python 3.14 on Linux (forkserver) and of macOS (spawn) pickle
+    the arguments of a process: the loader goes as its settings."""
+    script = tmp_path / "spawned.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, multiprocessing as mp
+        import loader_ml
+
+        def read(loader, out):
+            json.dump([k for b in loader for k in b.keys], open(out, "w"))
+
+        if __name__ == "__main__":
+            loader = loader_ml.DataLoader({str(data_root / "images")!r}, batch_size=4,
+                                          shuffle=True, seed=9)
+            child = mp.get_context("spawn").Process(target=read,
+                                                    args=(loader, {str(tmp_path / "c")!r}))
+            child.start()
+            child.join(120)
+            assert child.exitcode == 0, child.exitcode
+            read(loader, {str(tmp_path / "p")!r})
+    """))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    child = json.loads((tmp_path / "c").read_text())
+    assert child == json.loads((tmp_path / "p").read_text()) and len(child) == 24
