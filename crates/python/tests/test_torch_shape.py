@@ -100,3 +100,37 @@ def test_a_loader_reaches_a_spawned_process(data_root: Path, tmp_path: Path) -> 
     assert run.returncode == 0, run.stderr[-3000:]
     child = json.loads((tmp_path / "c").read_text())
     assert child == json.loads((tmp_path / "p").read_text()) and len(child) == 24
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_inside_torch_dataloader_workers_each_sample_comes_once(data_root: Path,
+                                                                start: str) -> None:
+    """For code that must stay inside ``torch.utils.data.DataLoader``: two workers read
+    disjoint shares that cover the dataset, with fork and with spawn; ``set_epoch`` gives
+    each epoch its own order. Without ``keep``, torch's conversion rebuilds the batch from
+    its tensors and says its keys are unknown."""
+    from loader_ml.torch_view import keep
+
+    loader = loader_ml.DataLoader(str(data_root / "images"), batch_size=4, shuffle=True,
+                                  seed=2, num_workers=1)
+    whole = sorted(k for b in loader for k in b.keys)
+    view = loader.as_iterable_dataset()
+    torch_loader = torch.utils.data.DataLoader(view, batch_size=None, num_workers=2,
+                                               collate_fn=keep,
+                                               multiprocessing_context=start, timeout=120)
+    epochs = []
+    for epoch in range(2):
+        view.set_epoch(epoch)
+        got = []
+        for batch in torch_loader:
+            images, labels = batch
+            assert images.shape[0] == labels.shape[0] == len(batch.keys) <= 4
+            got.extend(batch.keys)
+        assert sorted(got) == whole, "each sample once, all of them"
+        epochs.append(got)
+    assert epochs[0] != epochs[1]
+    plain = torch.utils.data.DataLoader(view, batch_size=None, num_workers=2,
+                                        multiprocessing_context=start, timeout=120)
+    batches = list(plain)
+    assert all(isinstance(b, loader_ml.Batch) and b.keys is None for b in batches)
+    assert sum(len(b.labels) for b in batches) == len(whole)

@@ -37,26 +37,34 @@ class Batch(tuple):
 
     ``batch.to(device, non_blocking=True)`` moves its tensors and keeps the rest, which is
     how Lightning's ``move_data_to_device`` and Accelerate's ``send_to_device`` move it;
-    ``torch.utils._pytree`` sees its two tensors as leaves.
+    ``torch.utils._pytree`` sees its two tensors as leaves. A library that rebuilds it from
+    its tensors alone (torch's default conversion) makes a ``Batch`` whose ``keys``,
+    ``indices``, ``epoch`` and ``skipped`` are ``None``.
 
     ``images`` is ``[N, C, H, W]`` float32 after a tensor transform, ``[N, H, W, C]`` uint8
     without one; ``labels`` is ``[N]`` int64. Both view the loader's memory: keep them as
     long as needed, the memory goes back to the loader when the last view is gone.
     """
 
-    keys: list[str]
-    indices: list[int]
-    epoch: int
-    skipped: list[Exception]
+    #: As a NamedTuple's: torch's default conversion (``DataLoader(batch_size=None)``) and
+    #: pin-memory thread rebuild a batch as ``Batch(images, labels)`` instead of a list.
+    _fields = ("images", "labels")
 
-    def __new__(cls, images: Any, labels: Any, keys: Sequence[str] = (),
-                indices: Sequence[int] = (), epoch: int = 0,
-                skipped: Sequence[Exception] = ()) -> Batch:
+    keys: list[str] | None
+    indices: list[int] | None
+    epoch: int | None
+    skipped: list[Exception] | None
+
+    def __new__(cls, images: Any, labels: Any, keys: Sequence[str] | None = None,
+                indices: Sequence[int] | None = None, epoch: int | None = None,
+                skipped: Sequence[Exception] | None = None) -> Batch:
+        # Made from its tensors alone (by a library rebuilding it), what it was read as
+        # is unknown: None, never an empty list that would claim no samples.
         self = super().__new__(cls, (images, labels))
-        self.keys = list(keys)
-        self.indices = list(indices)
+        self.keys = None if keys is None else list(keys)
+        self.indices = None if indices is None else list(indices)
         self.epoch = epoch
-        self.skipped = list(skipped)
+        self.skipped = None if skipped is None else list(skipped)
         return self
 
     @property
@@ -83,7 +91,8 @@ class Batch(tuple):
 
     def __repr__(self) -> str:
         shape = tuple(getattr(self.images, "shape", ()))
-        return f"Batch(images={shape}, epoch={self.epoch}, skipped={len(self.skipped)})"
+        skipped = None if self.skipped is None else len(self.skipped)
+        return f"Batch(images={shape}, epoch={self.epoch}, skipped={skipped})"
 
 
 _PYTREE_REGISTERED = False
@@ -254,6 +263,26 @@ def _env_world_size() -> int:
         except (KeyError, ValueError):
             continue
     return 1
+
+
+def _env_rank() -> int:
+    """``RANK`` (torchrun) or ``SLURM_PROCID``, else 0."""
+    for name in ("RANK", "SLURM_PROCID"):
+        try:
+            return max(0, int(os.environ[name]))
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
+def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """This process's share: as given, else the process group's, else the environment's."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    group = _process_group()
+    if group is not None:
+        return group
+    return _env_rank(), _env_world_size()
 
 
 def _torch_worker() -> Any:
@@ -604,6 +633,24 @@ class DataLoader:
                 f"this loader cannot be pickled after it has started: {e}; pickle it "
                 "before its first iter()") from e
         return (_rebuild, (self._settings, state))
+
+    def as_iterable_dataset(self) -> Any:
+        """This loader's settings as a ``torch.utils.data.IterableDataset``, for code that
+        must stay inside torch's ``DataLoader``: give it ``batch_size=None`` (batches come
+        made), ``collate_fn=loader_ml.torch_view.keep`` to keep each batch's keys (torch's
+        default conversion rebuilds it from its tensors, keys ``None``) and any
+        ``num_workers``; each worker reads a disjoint share (this rank's
+        share split by worker), so every sample comes once. Its rank is resolved now (make
+        it after ``init_process_group``). Call its ``set_epoch`` each epoch, as with
+        ``DistributedSampler``; with ``persistent_workers=True`` epochs also advance by
+        themselves. Iterating this loader directly is faster: it needs no worker processes.
+        """
+        from .torch_view import LoaderIterable
+
+        settings = dict(self._settings)
+        settings["rank"], settings["world_size"] = _ranks(settings["rank"],
+                                                          settings["world_size"])
+        return LoaderIterable(settings)
 
     def __len__(self) -> int:
         """Batches per epoch (of this rank)."""
