@@ -18,7 +18,7 @@ pub struct LoaderArgs {
     /// Drop the last batch of an epoch if it is short.
     #[arg(long)]
     pub drop_last: bool,
-    /// CPU threads for decoding (default: one per core).
+    /// CPU threads for decoding (default: the cores shared by the ranks of the node).
     #[arg(long)]
     pub decode_threads: Option<usize>,
     /// Finished batches kept ready for the consumer (default 2).

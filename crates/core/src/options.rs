@@ -162,7 +162,7 @@ options_group! {
     pub struct EngineOptions {
         /// `adaptive[:CAP]` (the default), `async:N` fixed in flight, `threads:N` or `sequential:N`.
         fetch: Fetch = Fetch::default(),
-        /// Threads of the decode pool (none: one per core).
+        /// Threads of the decode pool (none: this process's cores shared by the node's ranks).
         decode_threads: Option<usize> = None,
         /// Finished batches kept ready for the consumer, at most.
         prefetch: usize = 2,
@@ -259,7 +259,7 @@ impl LoaderOptions {
         let defaults = Config::default();
         Config {
             fetch: e.fetch,
-            decode_threads: e.decode_threads.unwrap_or(defaults.decode_threads),
+            decode_threads: e.decode_threads.unwrap_or_else(default_decode_threads),
             prefetch: e.prefetch,
             order: e.order,
             error_policy: match e.skip_errors {
@@ -376,6 +376,33 @@ impl OptionValue for Range<usize> {
     }
 }
 
+/// Decode threads when none are given: the cores this process may use, shared by the ranks
+/// of its node (torchrun's `LOCAL_WORLD_SIZE`, SLURM's `SLURM_NTASKS_PER_NODE`; SLURM's
+/// `SLURM_CPUS_PER_TASK` when it says the share itself), at least one. Without this, 8 ranks
+/// of a node would each start a thread per core, 8 times what the node has.
+pub(crate) fn default_decode_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    threads_per_rank(cores, |name| std::env::var(name).ok())
+}
+
+/// [`default_decode_threads`] for `cores`, reading the environment through `get`.
+fn threads_per_rank(cores: usize, get: impl Fn(&str) -> Option<String>) -> usize {
+    // SLURM's "8(x2)" (8 tasks on each of 2 nodes) reads as 8.
+    let number = |name: &str| {
+        get(name).and_then(|v| {
+            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<usize>().ok().filter(|&n| n > 0)
+        })
+    };
+    if let Some(per_task) = number("SLURM_CPUS_PER_TASK") {
+        return per_task.min(cores).max(1);
+    }
+    let ranks = number("LOCAL_WORLD_SIZE")
+        .or_else(|| number("SLURM_NTASKS_PER_NODE"))
+        .unwrap_or(1);
+    (cores / ranks).max(1)
+}
+
 impl OptionValue for ShardOrder {
     fn parse(text: &str) -> Result<Self, String> {
         match text.to_ascii_lowercase().as_str() {
@@ -481,6 +508,33 @@ impl OptionValue for Hedge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_threads_share_the_node_among_its_ranks() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(threads_per_rank(16, env(&[])), 16);
+        assert_eq!(threads_per_rank(16, env(&[("LOCAL_WORLD_SIZE", "8")])), 2);
+        assert_eq!(threads_per_rank(4, env(&[("LOCAL_WORLD_SIZE", "8")])), 1);
+        assert_eq!(
+            threads_per_rank(16, env(&[("SLURM_NTASKS_PER_NODE", "4(x2)")])),
+            4
+        );
+        assert_eq!(
+            threads_per_rank(
+                64,
+                env(&[("SLURM_NTASKS_PER_NODE", "8"), ("SLURM_CPUS_PER_TASK", "6")])
+            ),
+            6
+        );
+        assert_eq!(threads_per_rank(16, env(&[("LOCAL_WORLD_SIZE", "x")])), 16);
+    }
 
     #[test]
     fn every_key_sets_its_own_default_back() {

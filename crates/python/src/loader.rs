@@ -47,6 +47,8 @@ pub struct PyLoader {
     batches: usize,
     /// This process's share: (rank, world size).
     ranks: (usize, usize),
+    /// Threads of its decode pool (given, or the default share of the node's cores).
+    decode_threads: usize,
     /// The process that made the loader: its threads exist there only.
     pid: u32,
     /// The next pass continues where the loader stands (a resume), rather than starting an
@@ -169,6 +171,7 @@ impl PyLoader {
             }
         }
         let (rank, world_size, seed) = (settings.rank, settings.world_size, settings.seed);
+        let decode_threads = settings.engine_config().decode_threads;
         let builder =
             DataLoader::builder(dataset.store.clone(), dataset.dataset.clone()).options(settings);
         let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
@@ -208,6 +211,7 @@ impl PyLoader {
             samples: dataset.dataset.len(),
             batches,
             ranks: (rank, world_size),
+            decode_threads,
             pid: std::process::id(),
             pinned: AtomicBool::new(false),
             fatal,
@@ -284,6 +288,12 @@ impl PyLoader {
     #[getter]
     fn num_samples(&self) -> usize {
         self.samples
+    }
+
+    /// Threads of the decode pool.
+    #[getter]
+    fn decode_threads(&self) -> usize {
+        self.decode_threads
     }
 
     /// This process's rank among `world_size`.

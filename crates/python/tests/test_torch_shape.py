@@ -6,6 +6,7 @@ Every wait has a limit."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -134,3 +135,19 @@ def test_inside_torch_dataloader_workers_each_sample_comes_once(data_root: Path,
     batches = list(plain)
     assert all(isinstance(b, loader_ml.Batch) and b.keys is None for b in batches)
     assert sum(len(b.labels) for b in batches) == len(whole)
+
+
+def test_decode_threads_share_the_node_among_its_ranks(data_root: Path) -> None:
+    """Under torchrun with 8 ranks on a node, each rank starting a thread per core would ask
+    for 8 times the node's cores."""
+    code = ("import loader_ml, os; "
+            f"print(loader_ml.DataLoader({str(data_root / 'images')!r}).num_workers, "
+            "len(os.sched_getaffinity(0)))")
+    for ranks in (1, 2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["LOCAL_WORLD_SIZE"] = str(ranks)
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        threads, cores = map(int, run.stdout.split())
+        assert threads == max(1, cores // ranks), (ranks, threads, cores)

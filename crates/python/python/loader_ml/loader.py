@@ -291,13 +291,6 @@ def _torch_worker() -> Any:
     return data.get_worker_info() if data is not None else None
 
 
-def _cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
-
-
 def _rebuild(settings: dict[str, Any], state: dict[str, Any] | None) -> DataLoader:
     """A pickled loader, made again from its settings and resumed where it stood."""
     loader = DataLoader(**settings)
@@ -405,8 +398,9 @@ class DataLoader:
             ``Compose``), run natively; a callable taking a uint8 HWC numpy array and
             returning an array (HWC or CHW; uint8 stays, floats become float32), run on the
             decode threads under the GIL; or ``None`` for uint8 ``[H, W, C]`` images.
-        num_workers: decode threads (default: one per core; 0 means one). Threads, not
-            processes: nothing is pickled or copied between them.
+        num_workers: decode threads (default: the cores of this process shared by the
+            ranks of its node, ``LOCAL_WORLD_SIZE`` under torchrun; 0 means one). Threads,
+            not processes: nothing is pickled or copied between them.
         max_in_flight: storage requests in flight, fixed (default: set by the loader
             itself from the latency and rates it measures, up to 16,384).
         prefetch_factor: finished batches kept ready (default 2).
@@ -553,8 +547,8 @@ class DataLoader:
         _register_pytree(self._torch)
         self.batch_size = batch_size
         self.drop_last = drop_last
-        # Decode threads, not processes: as given, else one per core this process may use.
-        self.num_workers = num_workers if num_workers is not None else _cores()
+        # Decode threads, not processes: as given, else the native default.
+        self.num_workers = self._native.decode_threads
         self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
         self._pass = 0
         _LIVE.add(self)
