@@ -151,3 +151,22 @@ def test_decode_threads_share_the_node_among_its_ranks(data_root: Path) -> None:
         assert run.returncode == 0, run.stderr[-2000:]
         threads, cores = map(int, run.stdout.split())
         assert threads == max(1, cores // ranks), (ranks, threads, cores)
+
+
+def test_pin_memory_without_cuda_warns_once_and_dlpack_shares_memory(data_root: Path) -> None:
+    url = str(data_root / "images")
+    if torch.cuda.is_available():
+        pinned = next(iter(loader_ml.DataLoader(url, batch_size=4, pin_memory=True)))
+        assert pinned.images.is_pinned() and pinned.labels.is_pinned()
+    else:
+        with pytest.warns(UserWarning, match="CUDA is not available") as caught:
+            loader = loader_ml.DataLoader(url, batch_size=4, pin_memory=True)
+        assert len(caught) == 1 and loader.pin_memory is True
+        assert len([k for b in loader for k in b.keys]) == 24
+    with pytest.raises(loader_ml.ConfigError, match="needs torch"):
+        loader_ml.DataLoader(url, batch_size=4, pin_memory=True, output="numpy")
+    # numpy batches go to torch (or any DLPack consumer) without a copy.
+    batch = next(iter(loader_ml.DataLoader(url, batch_size=4, output="numpy")))
+    images = torch.from_dlpack(batch.images)
+    assert images.data_ptr() == batch.images.ctypes.data
+    assert torch.equal(images, torch.from_numpy(batch.images))

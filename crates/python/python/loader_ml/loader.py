@@ -443,6 +443,9 @@ class DataLoader:
             ``max_coalesced_bytes`` (default 256 KiB and 16 MiB).
         cache_block: the unit of ranged reads in the cache, in bytes.
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
+        pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
+            True)`` overlaps with compute: a copy per batch, as torch's DataLoader makes.
+            Without CUDA it warns once and batches stay in the loader's memory.
 
     Each ``iter()`` reads one epoch, as torch's DataLoader: iterating again reads the next
     one, also after a ``break`` or a loop that stopped after ``len(loader)`` batches; after
@@ -484,6 +487,7 @@ class DataLoader:
         max_coalesced_bytes: int | None = None,
         cache_block: int | None = None,
         output: Literal["auto", "torch", "numpy"] = "auto",
+        pin_memory: bool = False,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -535,6 +539,18 @@ class DataLoader:
             self._torch = None
         else:
             raise ConfigError(f"output {output!r}: auto, torch or numpy")
+        self.pin_memory = bool(pin_memory)
+        self._pin = False
+        if self.pin_memory:
+            if self._torch is None:
+                raise ConfigError("pin_memory=True needs torch tensors: give output='torch' "
+                                  "(or 'auto' with torch installed)")
+            if self._torch.cuda.is_available():
+                self._pin = True
+            else:
+                warnings.warn("pin_memory=True but CUDA is not available: batches stay in "
+                              "pageable memory (as torch's DataLoader does without an "
+                              "accelerator)", UserWarning, stacklevel=2)
         if self._ranks_from != "environment":
             given["rank"], given["world_size"] = rank, world_size
         options = {
@@ -575,7 +591,11 @@ class DataLoader:
                 self._report_unreported_skips()
                 return
             images, labels, keys, indices, epoch, skipped = raw
-            yield Batch(self._array(images), self._array(labels), keys, indices, epoch, skipped)
+            images, labels = self._array(images), self._array(labels)
+            if self._pin:
+                # Copies: the loader's buffers go back to it once these are dropped.
+                images, labels = images.pin_memory(), labels.pin_memory()
+            yield Batch(images, labels, keys, indices, epoch, skipped)
 
     def _report_unreported_skips(self) -> None:
         """Samples skipped in a last batch that had none left: no batch carries them, so
@@ -603,12 +623,10 @@ class DataLoader:
                 "make the loader after init_process_group, or give rank= and world_size=")
 
     #: What libraries look up on a torch DataLoader, with this loader's answers: it
-    #: batches and orders natively (no torch sampler or collate function to swap), and its
-    #: batches are in pageable memory.
+    #: batches and orders natively (no torch sampler or collate function to swap).
     sampler = None
     batch_sampler = None
     collate_fn = None
-    pin_memory = False
     persistent_workers = True
 
     def __reduce__(self) -> tuple[Any, ...]:
