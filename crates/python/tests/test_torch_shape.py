@@ -170,3 +170,44 @@ def test_pin_memory_without_cuda_warns_once_and_dlpack_shares_memory(data_root: 
     images = torch.from_dlpack(batch.images)
     assert images.data_ptr() == batch.images.ctypes.data
     assert torch.equal(images, torch.from_numpy(batch.images))
+
+
+def test_s3_credentials_come_from_a_profile_as_boto3_finds_them(s3, tmp_path: Path) -> None:
+    """A profile in the shared files (``AWS_PROFILE``, or ``aws_profile`` in the options),
+    as the AWS CLI and boto3 read it; with nothing to find, the error says where it looked
+    (before, it spoke of 169.254.169.254)."""
+    (tmp_path / "credentials").write_text(
+        "[train]\n"
+        f"aws_access_key_id = {s3.options['aws_access_key_id']}\n"
+        f"aws_secret_access_key = {s3.options['aws_secret_access_key']}\n")
+    (tmp_path / "config").write_text("[profile train]\nregion = us-east-1\n")
+    code = textwrap.dedent("""
+        import sys, loader_ml
+        options = {"aws_endpoint": sys.argv[1]}
+        if len(sys.argv) > 2:
+            options["aws_profile"] = sys.argv[2]
+        try:
+            loader = loader_ml.DataLoader("s3://images", batch_size=8,
+                                          storage_options=options, max_retries=0)
+            print(sum(len(b.keys) for b in loader))
+        except loader_ml.LoaderError as e:
+            print(type(e).__name__, e, e.cause)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "config"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "credentials"),
+               AWS_EC2_METADATA_DISABLED="true")
+
+    def run(extra_env: dict[str, str], *args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code, s3.endpoint, *args],
+                              env=dict(env, **extra_env), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip()
+
+    assert run({"AWS_PROFILE": "train"}) == "24"
+    assert run({}, "train") == "24"
+    missing = run({})
+    assert missing.startswith("PermissionDeniedError"), missing
+    assert "no AWS credentials found" in missing and "~/.aws/credentials" in missing, missing
+    assert "169.254" not in missing

@@ -10,6 +10,7 @@ use ::object_store::prefix::PrefixStore;
 use ::object_store::{ClientConfigKey, ObjectStore, RetryConfig};
 use url::Url;
 
+use crate::backend::aws_chain::{AwsChain, profile_region};
 use crate::backend::object_store::{Flavor, map_error};
 use crate::backend::{LocalStore, ObjectStoreAdapter};
 use crate::redact::redact;
@@ -31,7 +32,10 @@ const POOL_IDLE_TIMEOUT: &str = "30s";
 ///   variables use object_store's names: `aws_access_key_id`, `aws_secret_access_key`,
 ///   `aws_session_token`, `aws_region`, `aws_endpoint` (an `http://` endpoint turns on
 ///   plain HTTP), `aws_virtual_hosted_style_request`, and client options such as `timeout`.
-///   Options win over the environment.
+///   Options win over the environment. Without a key (and without `aws_skip_signature`),
+///   credentials are found as the AWS CLI and boto3 find them: the environment, the profile
+///   (`AWS_PROFILE` or option `aws_profile`; its SSO, assumed roles, `credential_process`
+///   and `region`), web identity, ECS and EC2 instance credentials (AWS's `aws-config`).
 /// - `http://host/prefix`, `https://...`: a static file server (client options only).
 /// - `gs://bucket/prefix`, `az://container/prefix` (cargo features `gcp`, `azure`): with
 ///   `GOOGLE_*` / `AZURE_*` environment variables and object_store's option names.
@@ -206,7 +210,12 @@ fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<ObjectStore
                 .map(|k| (k, v))
         });
     let mut settings: Vec<(AmazonS3ConfigKey, String)> = env.collect();
+    let mut profile = None;
     for (key, value) in options {
+        if key == "aws_profile" {
+            profile = Some(value.clone());
+            continue;
+        }
         let config_key = key.parse::<AmazonS3ConfigKey>().map_err(|_| {
             config_error(
                 name,
@@ -214,6 +223,30 @@ fn s3(name: &str, url: &Url, options: &[(String, String)]) -> Result<ObjectStore
             )
         })?;
         settings.push((config_key, value.clone()));
+    }
+    // Keys given, or no signature: object_store's own. Otherwise the AWS SDK's chain, which
+    // reads what object_store does not (profiles, SSO, credential_process) as well.
+    let given = settings.iter().any(|(k, v)| {
+        matches!(k, AmazonS3ConfigKey::AccessKeyId)
+            || (matches!(k, AmazonS3ConfigKey::SkipSignature) && v.eq_ignore_ascii_case("true"))
+    });
+    if !given {
+        let has_region = settings.iter().any(|(k, _)| {
+            matches!(
+                k,
+                AmazonS3ConfigKey::Region | AmazonS3ConfigKey::DefaultRegion
+            )
+        });
+        if !has_region && let Some(region) = profile_region(profile.as_deref()) {
+            builder = builder.with_region(region);
+        }
+        builder = builder.with_credentials(Arc::new(AwsChain::new(profile)));
+    } else if profile.is_some() {
+        return Err(config_error(
+            name,
+            "aws_profile with aws_access_key_id or aws_skip_signature: give one way of signing"
+                .into(),
+        ));
     }
     for (key, value) in settings {
         if matches!(key, AmazonS3ConfigKey::Endpoint) {

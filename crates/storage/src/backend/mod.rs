@@ -1,6 +1,7 @@
 //! The backends, one per module: each turns the [`Storage`](crate::Storage) calls into its
 //! own client's calls and its own errors into [`Error`](crate::Error)s.
 
+pub(crate) mod aws_chain;
 pub mod local;
 pub mod object_store;
 #[cfg(feature = "opendal")]
