@@ -265,26 +265,6 @@ def _env_world_size() -> int:
     return 1
 
 
-def _env_rank() -> int:
-    """``RANK`` (torchrun) or ``SLURM_PROCID``, else 0."""
-    for name in ("RANK", "SLURM_PROCID"):
-        try:
-            return max(0, int(os.environ[name]))
-        except (KeyError, ValueError):
-            continue
-    return 0
-
-
-def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """This process's share: as given, else the process group's, else the environment's."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    group = _process_group()
-    if group is not None:
-        return group
-    return _env_rank(), _env_world_size()
-
-
 def _torch_worker() -> Any:
     """torch's ``get_worker_info()`` when this runs in a torch DataLoader worker."""
     data = sys.modules.get("torch.utils.data")
@@ -659,9 +639,11 @@ class DataLoader:
         """
         from .torch_view import LoaderIterable
 
-        settings = dict(self._settings)
-        settings["rank"], settings["world_size"] = _ranks(settings["rank"],
-                                                          settings["world_size"])
+        # The share this loader resolved (given, process group or environment, checked
+        # natively), not a second reading of the environment.
+        self._check_ranks()
+        settings = dict(self._settings, rank=self._native.rank,
+                        world_size=self._native.world_size)
         return LoaderIterable(settings)
 
     def __len__(self) -> int:

@@ -60,20 +60,19 @@ impl CredentialProvider for AwsChain {
         {
             return Ok(Arc::clone(credential));
         }
-        if state.chain.is_none() {
-            let mut builder = DefaultCredentialsChain::builder();
-            if let Some(profile) = &self.profile {
-                builder = builder.profile_name(profile);
+        let chain = match state.chain.take() {
+            Some(chain) => chain,
+            None => {
+                let mut builder = DefaultCredentialsChain::builder();
+                if let Some(profile) = &self.profile {
+                    builder = builder.profile_name(profile);
+                }
+                builder.build().await
             }
-            state.chain = Some(builder.build().await);
-        }
-        let Some(chain) = &state.chain else {
-            unreachable!("the chain was built above");
         };
-        let found = chain
-            .provide_credentials()
-            .await
-            .map_err(|e| error(e, &self.profile))?;
+        let found = chain.provide_credentials().await;
+        state.chain = Some(chain);
+        let found = found.map_err(|e| error(e, &self.profile))?;
         let credential = Arc::new(AwsCredential {
             key_id: found.access_key_id().to_owned(),
             secret_key: found.secret_access_key().to_owned(),
