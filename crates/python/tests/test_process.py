@@ -49,7 +49,10 @@ def test_the_loader_closed_while_a_thread_waits_on_it(data_root: Path) -> None:
 def test_ctrl_c_interrupts_a_blocked_iteration(data_root: Path) -> None:
     server = Server(data_root, rtt_ms=3000)  # every request waits 3 s
     script = textwrap.dedent(f"""
-        import sys, loader_ml
+        import signal, sys, loader_ml
+        # Python leaves Ctrl-C ignored when it started so (a shell's background job, as CI
+        # may run this suite): install what an interactive run has.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         loader = loader_ml.DataLoader("s3://images", batch_size=4,
                                       storage_options={server.options!r})
         print("iterating", flush=True)
