@@ -1,5 +1,6 @@
-//! Arbitrary bytes through decode and the ImageNet evaluation pipeline: any input must
-//! give an image or an error, never a panic, a hang or an allocation past the budget.
+//! Arbitrary bytes (seeds in every format decoded) through decode and the ImageNet
+//! evaluation pipeline: any input must give an image or an error, never a panic, a hang
+//! or an allocation past the budget.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -33,8 +33,6 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     runtime: Option<tokio::runtime::Handle>,
     /// A whole retry policy, beyond what `storage.max_retries` says.
     retry: Option<RetryConfig>,
-    /// Whether the CPU stage is the native image pipeline, which reads JPEG and PNG only.
-    decodes_images: bool,
 }
 
 impl DataLoader {
@@ -61,7 +59,6 @@ impl DataLoader {
             trace: None,
             runtime: None,
             retry: None,
-            decodes_images: true,
         }
     }
 }
@@ -285,9 +282,6 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         if self.dataset.is_empty() {
             return Err(ConfigError::EmptyDataset.into());
         }
-        if self.decodes_images {
-            self.dataset.check_decodable(self.storage.name())?;
-        }
         options.validate()?;
         let mut config = options.engine_config();
         config.trace = self.trace;
@@ -331,9 +325,7 @@ impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
         let (stage, collate) = pipeline_stage(pipeline);
-        let mut builder = self.with_stage(stage, Some(sample_weight()), collate);
-        builder.decodes_images = true;
-        builder
+        self.with_stage(stage, Some(sample_weight()), collate)
     }
 }
 
@@ -345,9 +337,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         stage: impl Fn(Bytes, &SampleInfo) -> std::result::Result<U, StageError> + Send + Sync + 'static,
         collate: impl Fn(RawBatch<U>) -> Result<C> + Send + Sync + 'static,
     ) -> DataLoaderBuilder<U, C> {
-        let mut builder = self.with_stage(Arc::new(stage), None, Arc::new(collate));
-        builder.decodes_images = false;
-        builder
+        self.with_stage(Arc::new(stage), None, Arc::new(collate))
     }
 
     /// Weigh each output of the CPU stage in bytes, so [`max_decoded_bytes`](Self::max_decoded_bytes)
@@ -376,7 +366,6 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             trace: self.trace,
             runtime: self.runtime,
             retry: self.retry,
-            decodes_images: self.decodes_images,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Bytes to pixels: the format sniffed from magic bytes, JPEG by zune-jpeg, PNG by zune-png.
+//! Bytes to pixels: the format sniffed from magic bytes, JPEG by zune-jpeg, PNG by zune-png,
+//! the others by the `image` crate's decoders (`formats.rs`).
 
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
@@ -9,74 +10,9 @@ use zune_jpeg::errors::DecodeErrors;
 use zune_png::PngDecoder;
 use zune_png::error::PngDecodeErrors;
 
-use crate::{DecodeError, DecodeErrorKind as Kind, Image, Result, jpeg_markers};
-
-/// An image format this crate decodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// JPEG/JFIF (baseline or progressive; gray, YCbCr, CMYK or YCCK).
-    Jpeg,
-    /// PNG (any bit depth and colour type).
-    Png,
-}
-
-impl Format {
-    /// The format a file extension names, among those this crate decodes (any case):
-    /// `jpg`, `jpeg`, `jpe`, `jfif`, `png`. A caller that lists files can refuse the others
-    /// up front instead of failing on each at read time.
-    pub fn from_extension(extension: &str) -> Option<Format> {
-        const JPEG: [&str; 4] = ["jpg", "jpeg", "jpe", "jfif"];
-        if JPEG.iter().any(|e| e.eq_ignore_ascii_case(extension)) {
-            Some(Format::Jpeg)
-        } else if extension.eq_ignore_ascii_case("png") {
-            Some(Format::Png)
-        } else {
-            None
-        }
-    }
-
-    /// The format the magic bytes announce, if any; file names are not trusted.
-    pub fn sniff(bytes: &[u8]) -> Option<Format> {
-        if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-            Some(Format::Jpeg)
-        } else if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-            Some(Format::Png)
-        } else {
-            None
-        }
-    }
-}
-
-/// Which channels the decoded image has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ColorMode {
-    /// Always 3 channels: gray expanded, alpha dropped, CMYK converted (torchvision's
-    /// `convert("RGB")`). The default.
-    #[default]
-    Rgb,
-    /// What the file holds: 1 (gray), 2 (gray + alpha), 3 (RGB) or 4 (RGBA); CMYK and
-    /// YCCK JPEGs still come out as RGB.
-    Native,
-}
-
-/// Decoder settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DecodeOptions {
-    /// The most pixels an image may declare; larger ones are refused before any pixel
-    /// buffer is allocated, so a hostile header cannot exhaust memory.
-    pub max_pixels: u64,
-    /// Output channels.
-    pub color: ColorMode,
-}
-
-impl Default for DecodeOptions {
-    fn default() -> Self {
-        Self {
-            max_pixels: 64 * 1024 * 1024,
-            color: ColorMode::Rgb,
-        }
-    }
-}
+use crate::format::Format;
+use crate::options::{ColorMode, DecodeOptions, check_budget};
+use crate::{DecodeError, DecodeErrorKind as Kind, Image, Result, formats, jpeg_markers};
 
 /// Decode `bytes` as whichever format they are.
 pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
@@ -93,11 +29,12 @@ pub(crate) fn decode_reusing(
     match Format::sniff(bytes) {
         Some(Format::Jpeg) => decode_jpeg(bytes, options, buffer),
         Some(Format::Png) => decode_png(bytes, options),
+        Some(other) => formats::decode_other(bytes, other, options),
         None if bytes.is_empty() => Err(DecodeError::new(Kind::Empty, "the data is empty")),
         None => Err(DecodeError::new(
             Kind::UnknownFormat,
             format!(
-                "not a JPEG or PNG image (starts with {:02x?})",
+                "not a JPEG, PNG, WebP, BMP, TIFF or PNM image (starts with {:02x?})",
                 &bytes[..bytes.len().min(8)]
             ),
         )),
@@ -123,26 +60,6 @@ fn sized(
         channels,
         data,
     })
-}
-
-fn check_budget(format: &str, width: usize, height: usize, options: &DecodeOptions) -> Result<()> {
-    let pixels = width as u64 * height as u64;
-    if pixels == 0 {
-        return Err(DecodeError::new(
-            Kind::Corrupt,
-            format!("{format} declares a {width}x{height} image"),
-        ));
-    }
-    if pixels > options.max_pixels {
-        return Err(DecodeError::new(
-            Kind::TooLarge,
-            format!(
-                "{format} declares {width}x{height} = {pixels} pixels, over the budget of {}",
-                options.max_pixels
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// zune's own dimension guard, set well above any budget so ours is the one that speaks.

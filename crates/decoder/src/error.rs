@@ -8,7 +8,7 @@ use std::fmt;
 pub enum DecodeErrorKind {
     /// No bytes at all.
     Empty,
-    /// Neither JPEG nor PNG magic bytes.
+    /// No magic bytes of a format this crate decodes.
     UnknownFormat,
     /// The image declares more pixels than the configured budget.
     TooLarge,

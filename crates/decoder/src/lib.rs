@@ -1,5 +1,6 @@
-//! Bytes in, pixels out: JPEG (zune-jpeg) and PNG (zune-png) decode with the format
-//! sniffed from magic bytes, and torchvision's transforms, seeded per sample.
+//! Bytes in, pixels out: JPEG (zune-jpeg), PNG (zune-png), and WebP, BMP, TIFF and PNM
+//! (the `image` crate's decoders) with the format sniffed from magic bytes, and
+//! torchvision's transforms, seeded per sample.
 //!
 //! Never panics on any byte string: bad input is a [`DecodeError`] that says what was
 //! wrong, and an image declaring more than [`DecodeOptions::max_pixels`] is refused before
@@ -33,23 +34,28 @@
 //!
 //! # Rooms
 //!
-//! `decode` (JPEG by zune-jpeg, PNG; format sniffing, decode options) and `jpeg_markers`
-//! below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
+//! `decode` (JPEG by zune-jpeg, PNG) and `formats` (the others), over `format` (sniffing),
+//! `options` (budget, channels) and `jpeg_markers`, below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
 //! rectangles, torchvision's draws); `pipeline/` composes them into a seeded pipeline;
 //! `spec` is the pipeline as data (torchvision's names) for front ends; `error`.
 
 mod decode;
 mod error;
+mod format;
+mod formats;
 pub mod geometry;
 mod image;
 mod jpeg_markers;
+mod options;
 mod pipeline;
 mod resize;
 mod spec;
 
-pub use decode::{ColorMode, DecodeOptions, Format, decode};
+pub use decode::decode;
 pub use error::{DecodeError, DecodeErrorKind, Result};
+pub use format::Format;
 pub use image::Image;
+pub use options::{ColorMode, DecodeOptions};
 pub use pipeline::{
     IMAGENET_MEAN, IMAGENET_STD, Output, Pipeline, PipelineBuilder, Sample, SampleData, SampleKey,
     Transform,

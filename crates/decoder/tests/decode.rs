@@ -354,7 +354,7 @@ fn format_is_sniffed_from_magic_bytes() {
     assert_eq!(Format::sniff(b"GIF89a"), None);
     let err = decode(b"GIF89a....", &DecodeOptions::default()).unwrap_err();
     assert_eq!(err.kind(), DecodeErrorKind::UnknownFormat);
-    assert!(err.to_string().contains("not a JPEG or PNG"), "{err}");
+    assert!(err.to_string().contains("not a JPEG, PNG"), "{err}");
     assert_eq!(
         decode(b"", &DecodeOptions::default()).unwrap_err().kind(),
         DecodeErrorKind::Empty
@@ -618,4 +618,70 @@ fn damaged_files_written_by_pil_decode_to_pils_pixels() {
         checked += 1;
     }
     assert_eq!(checked, 12);
+}
+
+/// A BMP header declaring `width` x `height` 24-bit pixels, followed by `data`.
+fn bmp(width: i32, height: i32, data: &[u8]) -> Vec<u8> {
+    let mut out = b"BM".to_vec();
+    out.extend(((54 + data.len()) as u32).to_le_bytes());
+    out.extend([0u8; 4]);
+    out.extend(54u32.to_le_bytes());
+    out.extend(40u32.to_le_bytes());
+    out.extend(width.to_le_bytes());
+    out.extend(height.to_le_bytes());
+    out.extend(1u16.to_le_bytes());
+    out.extend(24u16.to_le_bytes());
+    out.extend([0u8; 24]);
+    out.extend(data);
+    out
+}
+
+#[test]
+fn the_other_listed_formats_are_sniffed_and_decoded() {
+    assert_eq!(Format::sniff(b"RIFF\0\0\0\0WEBPVP8L"), Some(Format::WebP));
+    assert_eq!(Format::sniff(b"II*\0\x08\0\0\0"), Some(Format::Tiff));
+    assert_eq!(Format::sniff(b"MM\0*\0\0\0\x08"), Some(Format::Tiff));
+    assert_eq!(Format::sniff(b"P6\n2 1\n255\n"), Some(Format::Pnm));
+    assert_eq!(Format::sniff(b"P9\n"), None);
+    // A 2x1 BMP (rows bottom-up, BGR, padded to 4 bytes): known pixels.
+    let image = decode(
+        &bmp(2, 1, &[1, 2, 3, 4, 5, 6, 0, 0]),
+        &DecodeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!((image.width, image.height, image.channels), (2, 1, 3));
+    assert_eq!(image.data, [3, 2, 1, 6, 5, 4]);
+    let ppm = decode(b"P5\n2 1\n255\n\x10\x20", &DecodeOptions::default()).unwrap();
+    assert_eq!(
+        ppm.data,
+        [16, 16, 16, 32, 32, 32],
+        "gray as RGB, as PIL's convert"
+    );
+}
+
+#[test]
+fn the_other_formats_refuse_oversized_and_damaged_input_with_errors() {
+    let options = DecodeOptions {
+        max_pixels: 1 << 20,
+        ..DecodeOptions::default()
+    };
+    // The header's size is checked before any pixel buffer exists.
+    let err = decode(&bmp(40_000, 40_000, &[]), &options).unwrap_err();
+    assert_eq!(err.kind(), DecodeErrorKind::TooLarge, "{err}");
+    assert!(err.to_string().contains("BMP"), "{err}");
+    let err = decode(b"P6\n100000 100000\n255\n", &options).unwrap_err();
+    assert_eq!(err.kind(), DecodeErrorKind::TooLarge, "{err}");
+    // Cut short, or garbage after the magic: an error naming the format, never a panic.
+    let whole = bmp(2, 2, &[7; 16]);
+    for cut in [20, 54, 60] {
+        let err = decode(&whole[..cut], &options).unwrap_err();
+        assert!(err.to_string().starts_with("BMP"), "{err}");
+    }
+    for bad in [
+        &b"RIFF\0\0\0\0WEBPVP8 garbage"[..],
+        b"II*\0\xff\xff\xff\xff",
+        b"P6\n2 2\n255\n\x01",
+    ] {
+        assert!(decode(bad, &options).is_err());
+    }
 }

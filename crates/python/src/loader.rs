@@ -183,11 +183,6 @@ impl PyLoader {
                         "give transform as a name, steps or a callable, one of them",
                     ));
                 }
-                // The callable gets decoded pixels: the native decoder reads them first.
-                dataset
-                    .dataset
-                    .check_decodable(&backend)
-                    .map_err(|e| errors::raise(&e.into(), &backend))?;
                 let stage = transform::python_stage(callable, pipeline, fatal.clone());
                 // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
                 // bounds what the callable returns too.

@@ -31,23 +31,6 @@ pub enum SourceError {
         /// The store listed.
         store: String,
     },
-    /// Samples in image formats the decoder does not read (torchvision's ImageFolder lists
-    /// them): refused when the loader is built, not failed one by one mid-epoch.
-    #[error(
-        "{count} sample(s) of {store} are {formats} images, which the native decoder does not \
-         read (it reads JPEG and PNG), e.g. {example:?}; convert them to JPEG or PNG, or leave \
-         them out with a manifest"
-    )]
-    Undecodable {
-        /// How many samples.
-        count: usize,
-        /// Their extensions, with counts (`webp: 3, bmp: 1`).
-        formats: String,
-        /// The first one's key.
-        example: String,
-        /// The store.
-        store: String,
-    },
     /// A manifest line is wrong.
     #[error("line {line}: {problem}")]
     Line {

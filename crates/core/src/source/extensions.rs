@@ -22,4 +22,15 @@ mod tests {
         assert!(is_image("a/b.JPEG") && is_image("a/b.png") && is_image("x/y.Jpg"));
         assert!(!is_image("a/b.txt") && !is_image("a/jpg"));
     }
+
+    #[test]
+    fn every_listed_extension_is_one_the_decoder_reads() {
+        // A listed file the decoder cannot read would fail mid-epoch.
+        for ext in IMAGE_EXTENSIONS {
+            assert!(
+                loader_decoder::Format::from_extension(ext).is_some(),
+                "{ext}"
+            );
+        }
+    }
 }

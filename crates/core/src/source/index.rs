@@ -1,7 +1,6 @@
 //! The sample index every source builds: where each sample's bytes are, what it carries,
 //! and how shards lay samples out.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -9,7 +8,6 @@ pub use loader_scheduler::Member;
 use loader_storage::ObjectMeta;
 
 use super::error::{Result, SourceError};
-use super::extensions::image_extension;
 
 /// One sample of a dataset: where its bytes are, and what it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -189,39 +187,6 @@ impl Dataset {
     /// Class names, indexed by label (empty for integer-labelled manifests).
     pub fn classes(&self) -> &[String] {
         &self.classes
-    }
-
-    /// Refuse samples the native decoder cannot read, judged by their key's extension: an
-    /// image format torchvision lists ([`IMAGE_EXTENSIONS`](super::extensions::IMAGE_EXTENSIONS)) but the decoder does not read
-    /// (WebP, BMP, TIFF, PPM/PGM). Keys with another extension or none are left to the
-    /// decoder's sniffing; samples inside shards are named by their image member's suffix,
-    /// which [`WebDataset::image_suffixes`](crate::webdataset::WebDataset::image_suffixes)
-    /// chose. A loader with the native pipeline calls this when it is built.
-    pub fn check_decodable(&self, store: &str) -> Result<()> {
-        let mut formats: BTreeMap<String, usize> = BTreeMap::new();
-        let mut example = None;
-        for item in self.items.iter().filter(|i| i.name.is_none()) {
-            let Some(ext) = image_extension(&item.key) else {
-                continue;
-            };
-            if loader_decoder::Format::from_extension(ext).is_none() {
-                *formats.entry(ext.to_ascii_lowercase()).or_default() += 1;
-                example.get_or_insert_with(|| item.key.to_string());
-            }
-        }
-        let Some(example) = example else {
-            return Ok(());
-        };
-        Err(SourceError::Undecodable {
-            count: formats.values().sum(),
-            formats: formats
-                .iter()
-                .map(|(ext, n)| format!("{ext}: {n}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            example,
-            store: store.to_owned(),
-        })
     }
 }
 
