@@ -388,3 +388,54 @@ fn a_decoded_bytes_bound_below_one_image_only_slows_the_loader() {
         assert_eq!(seen, (0..90).collect::<Vec<_>>(), "{fetch:?}");
     }
 }
+
+#[test]
+fn fields_choose_the_main_member_and_carry_only_the_others_named() {
+    // Shards of webdataset's own writer; samples of any kind: here JSON is the main part.
+    let store = local(&fixtures());
+    let dataset = wds()
+        .fields(["json", "txt;cls"])
+        .load_blocking(&store, &["webdataset.tar".into()])
+        .unwrap();
+    assert_eq!(dataset.len(), 7);
+    for item in dataset.items() {
+        let names: Vec<&str> = item.members.iter().map(|m| &*m.name).collect();
+        assert_eq!(names, ["cls"], "only the fields, by the suffix found");
+    }
+    let loader = DataLoader::builder(Arc::clone(&store), dataset)
+        .batch_size(7)
+        .map(
+            |main: Bytes, info: &SampleInfo| {
+                let json: serde_json::Value = serde_json::from_slice(&main).unwrap();
+                let cls = String::from_utf8(info.member("cls").unwrap().to_vec()).unwrap();
+                Ok((json["i"].as_i64().unwrap(), cls))
+            },
+            |raw: RawBatch<(i64, String)>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect()),
+        )
+        .build()
+        .unwrap();
+    let batches: Vec<Vec<(i64, String)>> = loader.map(Result::unwrap).collect();
+    let want: Vec<(i64, String)> = (0..7).map(|i| (i, (i % 3).to_string())).collect();
+    assert_eq!(batches, [want]);
+}
+
+#[test]
+fn a_sample_missing_a_field_is_an_error_naming_it() {
+    let store = local(&fixtures());
+    let err = wds()
+        .fields(["cls", "txt"])
+        .load_blocking(&store, &["no-image.tar".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sample \"a\""), "{err}");
+    assert!(err.contains("no .txt member; it has .jpg, .cls"), "{err}");
+    let err = wds()
+        .fields(["jpg;png"])
+        .load_blocking(&store, &["no-image.tar".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sample \"b\"") && err.contains("no main member (looked for .jpg, .png)"),
+        "{err}"
+    );
+}

@@ -208,6 +208,29 @@ pub struct RawBatch<T> {
 }
 
 impl<T> RawBatch<T> {
+    /// The same batch with each sample's output mapped by `f`; its share of the engine's
+    /// window and bounds goes with it.
+    pub fn map<U>(self, mut f: impl FnMut(&SampleInfo, T) -> U) -> RawBatch<U> {
+        RawBatch {
+            epoch: self.epoch,
+            position: self.position,
+            planned: self.planned,
+            samples: self
+                .samples
+                .into_iter()
+                .map(|(info, t)| {
+                    let u = f(&info, t);
+                    (info, u)
+                })
+                .collect(),
+            skipped: self.skipped,
+            last_in_epoch: self.last_in_epoch,
+            queued_at: self.queued_at,
+            permits: self.permits,
+            decoded: self.decoded,
+        }
+    }
+
     /// Free the engine's window slots of these items now rather than when the batch is
     /// dropped: the engine may then admit more items, so memory the caller keeps in batches
     /// is outside the engine's bound. A consumer that keeps every batch (collects an epoch)

@@ -68,6 +68,9 @@ pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
 #[derive(Clone)]
 pub struct WebDataset {
     image_suffixes: Vec<String>,
+    /// The members a sample carries beside its main one, each field's alternatives;
+    /// `None`: every other member.
+    members: Option<Vec<Vec<String>>>,
     label: LabelSource,
     chunk_bytes: u64,
     cache_dir: Option<PathBuf>,
@@ -81,6 +84,7 @@ impl std::fmt::Debug for WebDataset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebDataset")
             .field("image_suffixes", &self.image_suffixes)
+            .field("members", &self.members)
             .field("label", &self.label)
             .field("chunk_bytes", &self.chunk_bytes)
             .field("cache_dir", &self.cache_dir)
@@ -104,6 +108,7 @@ impl WebDataset {
     pub fn new() -> Self {
         Self {
             image_suffixes: ["jpg", "jpeg", "png"].map(String::from).to_vec(),
+            members: None,
             label: LabelSource::Integer("cls".into()),
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             cache_dir: default_cache_dir(),
@@ -121,6 +126,32 @@ impl WebDataset {
         suffixes: impl IntoIterator<Item = S>,
     ) -> Self {
         self.image_suffixes = suffixes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A sample's parts as WebDataset's `to_tuple` names them: each field a member suffix
+    /// (`"json"`) or alternatives (`"jpg;png"`, the first found is taken). The first
+    /// field's member is the sample's main bytes (what the image pipeline decodes, or any
+    /// bytes a stage of one's own reads); the others, and only they, ride beside it as
+    /// its members, in field order. A sample without a member for every field is an error
+    /// naming it, when the shards are indexed, not a sample silently dropped. No label is
+    /// read unless [`label`](Self::label) says where from.
+    ///
+    /// ```
+    /// # use loader_core::webdataset::WebDataset;
+    /// let audio = WebDataset::new().fields(["flac;wav", "json"]);
+    /// ```
+    pub fn fields<S: AsRef<str>>(mut self, fields: impl IntoIterator<Item = S>) -> Self {
+        let mut fields = fields.into_iter().map(|f| {
+            f.as_ref()
+                .split(';')
+                .map(|s| s.trim().to_lowercase())
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+        });
+        self.image_suffixes = fields.next().unwrap_or_default();
+        self.members = Some(fields.collect());
+        self.label = LabelSource::None;
         self
     }
 
@@ -488,8 +519,13 @@ impl WebDataset {
             .iter()
             .find_map(|want| sample.members.iter().position(|(s, _, _)| s == want))
             .ok_or_else(|| {
+                let what = if self.members.is_some() {
+                    "main"
+                } else {
+                    "image"
+                };
                 bad(format!(
-                    "no image member (looked for .{}); it has {}",
+                    "no {what} member (looked for .{}); it has {}",
                     self.image_suffixes.join(", ."),
                     suffixes()
                 ))
@@ -525,16 +561,35 @@ impl WebDataset {
             }
         };
         let (_, data, size) = &sample.members[image];
-        let members: Vec<Member> = sample
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != image)
-            .map(|(_, (s, d, n))| Member {
-                name: s.as_str().into(),
-                range: *d..d + n,
-            })
-            .collect();
+        let member = |(s, d, n): &(String, u64, u64)| Member {
+            name: s.as_str().into(),
+            range: *d..d + n,
+        };
+        let members: Vec<Member> = match &self.members {
+            None => sample
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != image)
+                .map(|(_, m)| member(m))
+                .collect(),
+            Some(fields) => fields
+                .iter()
+                .map(|field| {
+                    field
+                        .iter()
+                        .find_map(|want| sample.members.iter().find(|(s, _, _)| s == want))
+                        .map(member)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "no .{} member; it has {}",
+                                field.join(" or ."),
+                                suffixes()
+                            ))
+                        })
+                })
+                .collect::<Result<_>>()?,
+        };
         Ok(Item {
             key: Arc::clone(shard),
             range: Some(*data..data + size),
