@@ -16,11 +16,15 @@ use crate::errors;
 /// `http(s)://...`, `file:///dir` or a path, or shards as
 /// `s3://bucket/train-{000000..000127}.tar`; `manifest` a CSV (`key,label`) or JSON-lines key
 /// under it, read instead of listing; `storage_options` the store's settings (e.g.
-/// `aws_endpoint`, `aws_region`). `len(ds)`, `ds.classes`, `ds[i] == (key, label)`.
+/// `aws_endpoint`, `aws_region`); `fields` the members of each WebDataset sample, as
+/// `to_tuple` names them (`("npy", "json")`; the first is the main one). `len(ds)`,
+/// `ds.classes`, `ds[i] == (key, label)`.
 #[pyclass(module = "loader_ml._native", name = "Dataset", frozen)]
 pub struct PyDataset {
     pub(crate) store: DynStorage,
     pub(crate) dataset: Dataset,
+    /// The WebDataset fields it was opened with, if any.
+    fields: Option<Vec<String>>,
 }
 
 #[pymethods]
@@ -30,22 +34,30 @@ impl PyDataset {
     /// `key,label` or JSON-lines key under the URL) instead of listing when given.
     /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
     #[new]
-    #[pyo3(signature = (url, *, manifest = None, storage_options = None))]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None))]
     fn new(
         py: Python<'_>,
         url: String,
         manifest: Option<String>,
         storage_options: Option<HashMap<String, String>>,
+        fields: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let options = storage_options.unwrap_or_default();
+        let shards = match &fields {
+            Some(fields) => WebDataset::new().fields(fields),
+            None => WebDataset::new(),
+        };
         let opened = py.detach(|| -> loader_core::Result<(DynStorage, Dataset)> {
             let store = from_url(&store_url(&url)?, options)?;
-            let dataset =
-                Dataset::open_blocking(&url, &store, manifest.as_deref(), &WebDataset::new())?;
+            let dataset = Dataset::open_blocking(&url, &store, manifest.as_deref(), &shards)?;
             Ok((store, dataset))
         });
         match opened {
-            Ok((store, dataset)) => Ok(Self { store, dataset }),
+            Ok((store, dataset)) => Ok(Self {
+                store,
+                dataset,
+                fields,
+            }),
             // The URL without its user info and query, where credentials hide.
             Err(e) => Err(errors::raise(&e, &loader_core::storage::redact(&url))),
         }
@@ -66,6 +78,12 @@ impl PyDataset {
     #[getter]
     fn backend(&self) -> String {
         self.store.name().to_owned()
+    }
+
+    /// The WebDataset fields it was opened with (`None`: the image and `.cls`).
+    #[getter]
+    fn fields(&self) -> Option<Vec<String>> {
+        self.fields.clone()
     }
 
     /// Shards (0 for a dataset of one object per sample).

@@ -25,9 +25,11 @@
 //! exception classes. Every call that waits or works releases the GIL.
 
 pub mod buffer;
+pub mod control;
 pub mod dataset;
 pub mod errors;
 pub mod loader;
+pub mod parts;
 pub mod transform;
 
 use pyo3::prelude::*;

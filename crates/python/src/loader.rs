@@ -3,21 +3,23 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures::StreamExt;
+use bytes::Bytes;
 use loader_core::{
-    DataLoader, DistributedSampler, LoaderOptions, LoaderState, collate, sample_bytes,
+    DataLoader, DataLoaderBuilder, DistributedSampler, LoaderOptions, LoaderState, SampleInfo,
+    SampleKey, collate, sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::buffer::HostBuffer;
+use crate::control::{Control, Waited};
 use crate::dataset::PyDataset;
 use crate::errors::{self, Failure, Kind};
-use crate::transform;
+use crate::{parts, transform};
 
 /// How long one wait for a batch lasts with the GIL released before Python's signal
 /// handlers get a chance to run (Ctrl-C raises within about this long).
@@ -37,7 +39,7 @@ pub fn option_keys() -> Vec<(String, String, &'static str)> {
 #[pyclass(module = "loader_ml._native", name = "Loader", frozen)]
 pub struct PyLoader {
     /// `None` once closed.
-    inner: Mutex<Option<DataLoader>>,
+    inner: Mutex<Option<Box<dyn Control>>>,
     closed: AtomicBool,
     /// Drives the loader's stream for one tick at a time; `None` only while dropping.
     runtime: Option<tokio::runtime::Runtime>,
@@ -57,15 +59,6 @@ pub struct PyLoader {
     /// A `BaseException` that is not an `Exception` (KeyboardInterrupt, SystemExit) raised
     /// by the Python transform: it stops the loader and is raised as it is.
     fatal: transform::Fatal,
-}
-
-/// What one wait ended with.
-enum Waited {
-    Batch(loader_core::BatchTensors),
-    Failed(loader_core::Error),
-    EndOfEpoch,
-    Waiting,
-    Closed,
 }
 
 impl PyLoader {
@@ -96,7 +89,7 @@ impl PyLoader {
         Err(err)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<DataLoader>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Box<dyn Control>>> {
         // A panic while the lock was held cannot leave the loader half-changed in a way
         // that matters here: its own state is updated only after a batch is complete.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -106,9 +99,9 @@ impl PyLoader {
     fn with<R: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut DataLoader) -> R + Send,
+        f: impl FnOnce(&mut dyn Control) -> R + Send,
     ) -> PyResult<R> {
-        py.detach(|| self.lock().as_mut().map(f))
+        py.detach(|| self.lock().as_mut().map(|l| f(&mut **l)))
             .ok_or_else(|| PyRuntimeError::new_err("the loader is closed"))
     }
 
@@ -120,22 +113,22 @@ impl PyLoader {
         let (Some(loader), Some(runtime)) = (guard.as_mut(), self.runtime.as_ref()) else {
             return Waited::Closed;
         };
-        match runtime.block_on(async { tokio::time::timeout(TICK, StreamExt::next(loader)).await })
-        {
-            Ok(Some(Ok(batch))) => Waited::Batch(batch.into_tensors()),
-            Ok(Some(Err(e))) => Waited::Failed(e),
-            Ok(None) => Waited::EndOfEpoch,
-            Err(_) => Waited::Waiting,
-        }
+        loader.next_within(runtime, TICK)
     }
 }
 
 #[pymethods]
 impl PyLoader {
     /// See `loader_ml.DataLoader` for the settings: `options` holds the loader's options
-    /// by key (`LoaderOptions::set`), the transform comes apart.
+    /// by key (`LoaderOptions::set`), the transform comes apart. With `parts`, batches
+    /// also carry the bytes of each sample's members (and of its main part when
+    /// `main_image` is false: it is then not decoded, and no transform may be given).
     #[new]
-    #[pyo3(signature = (dataset, *, options, transform = None, steps = None, transform_fn = None))]
+    #[pyo3(signature = (
+        dataset, *, options, transform = None, steps = None, transform_fn = None,
+        parts = false, main_image = true,
+    ))]
+    #[allow(clippy::too_many_arguments)] // Python's keywords, one each
     fn new(
         py: Python<'_>,
         dataset: &PyDataset,
@@ -143,6 +136,8 @@ impl PyLoader {
         transform: Option<String>,
         steps: Option<String>,
         transform_fn: Option<Py<PyAny>>,
+        parts: bool,
+        main_image: bool,
     ) -> PyResult<Self> {
         let backend = dataset.store.name().to_owned();
         let config = |e: String| errors::config(e);
@@ -174,26 +169,49 @@ impl PyLoader {
         let decode_threads = settings.engine_config().decode_threads;
         let builder =
             DataLoader::builder(dataset.store.clone(), dataset.dataset.clone()).options(settings);
+        if transform_fn.is_some() && transform.is_some() {
+            return Err(PyValueError::new_err(
+                "give transform as a name, steps or a callable, one of them",
+            ));
+        }
+        if !main_image && (transform.is_some() || steps.is_some() || transform_fn.is_some()) {
+            return Err(config(
+                "a transform runs on images: the main field of these samples is not one".into(),
+            ));
+        }
         let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
         let fatal = transform::Fatal::default();
-        let builder = match transform_fn {
-            Some(callable) => {
-                if transform.is_some() {
-                    return Err(PyValueError::new_err(
-                        "give transform as a name, steps or a callable, one of them",
-                    ));
-                }
-                let stage = transform::python_stage(callable, pipeline, fatal.clone());
-                // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
-                // bounds what the callable returns too.
-                builder.map(stage, collate).weigh(sample_bytes)
-            }
-            None => builder.transform(pipeline),
+        let loader: Box<dyn Control> = if parts {
+            let image: Option<parts::ImageStage> = match (main_image, transform_fn) {
+                (false, _) => None,
+                (true, Some(callable)) => Some(Arc::new(transform::python_stage(
+                    callable,
+                    pipeline,
+                    fatal.clone(),
+                ))),
+                (true, None) => Some(Arc::new(move |bytes: Bytes, info: &SampleInfo| {
+                    let key = SampleKey {
+                        epoch: info.epoch,
+                        index: info.index,
+                    };
+                    Ok(pipeline.run(&bytes, key)?)
+                })),
+            };
+            let builder = builder
+                .map(parts::stage(image), parts::collate_parts)
+                .weigh(parts::weight);
+            boxed(py, builder, &backend)?
+        } else if let Some(callable) = transform_fn {
+            let stage = transform::python_stage(callable, pipeline, fatal.clone());
+            // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
+            // bounds what the callable returns too.
+            let builder = builder.map(stage, collate).weigh(sample_bytes);
+            boxed(py, builder, &backend)?
+        } else {
+            let builder = builder.transform(pipeline);
+            boxed(py, builder, &backend)?
         };
-        let loader = py
-            .detach(|| builder.build())
-            .map_err(|e| errors::raise(&e, &backend))?;
-        let batches = loader.len();
+        let batches = loader.batches();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -240,8 +258,9 @@ impl PyLoader {
         Ok(list)
     }
 
-    /// The next batch of this epoch as `(images, labels, keys, indices, epoch, skipped)`,
-    /// or `None` at the end of the epoch (the next call starts the next one). Waits with
+    /// The next batch of this epoch as `(images, labels, keys, indices, epoch, skipped,
+    /// columns)` (`images` is `None` when the main part is not an image; `columns` holds
+    /// the raw fields' bytes, one list per field), or `None` at the end of the epoch (the next call starts the next one). Waits with
     /// the GIL released; Ctrl-C interrupts the wait.
     fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.check_process()?;
@@ -259,13 +278,24 @@ impl PyLoader {
                         skipped.append(Failure::of_item(e, &self.backend).into_py(py).value(py))?;
                     }
                     let keys: Vec<&str> = batch.keys.iter().map(|k| &**k).collect();
+                    let images = match batch.images {
+                        Some(images) => Some(Bound::new(py, HostBuffer::new(images))?),
+                        None => None,
+                    };
+                    let columns = PyList::empty(py);
+                    for column in &batch.columns {
+                        let values: Vec<Bound<'_, PyBytes>> =
+                            column.iter().map(|b| PyBytes::new(py, b)).collect();
+                        columns.append(values)?;
+                    }
                     let tuple = (
-                        Bound::new(py, HostBuffer::new(batch.images))?,
+                        images,
                         Bound::new(py, HostBuffer::new(batch.labels))?,
                         keys,
                         batch.indices,
                         batch.epoch,
                         skipped,
+                        columns,
                     )
                         .into_pyobject(py)?;
                     return Ok(Some(tuple));
@@ -407,6 +437,23 @@ impl PyLoader {
         }
         py.detach(|| drop(self.lock().take()));
     }
+}
+
+/// A built loader behind the one trait `PyLoader` drives, built with the GIL released.
+fn boxed<T, B>(
+    py: Python<'_>,
+    builder: DataLoaderBuilder<T, B>,
+    backend: &str,
+) -> PyResult<Box<dyn Control>>
+where
+    T: Send + 'static,
+    DataLoaderBuilder<T, B>: Send,
+    DataLoader<T, B>: Control + 'static,
+{
+    let loader = py
+        .detach(|| builder.build())
+        .map_err(|e| errors::raise(&e, backend))?;
+    Ok(Box::new(loader))
 }
 
 /// The `num_samples` of a state_dict written before states carried their order.

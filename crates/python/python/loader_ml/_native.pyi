@@ -26,8 +26,11 @@ class Dataset:
         *,
         manifest: str | None = None,
         storage_options: dict[str, str] | None = None,
+        fields: list[str] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
+    @property
+    def fields(self) -> list[str] | None: ...
     def __getitem__(self, index: int) -> tuple[str, int]:
         """``(key, label)`` of sample ``index``."""
     @property
@@ -52,10 +55,13 @@ class Loader:
         transform: str | None = None,
         steps: str | None = None,
         transform_fn: Any = None,
+        parts: bool = False,
+        main_image: bool = True,
     ) -> None: ...
     def next_batch(
         self,
-    ) -> tuple[HostBuffer, HostBuffer, list[str], list[int], int, list[Exception]] | None: ...
+    ) -> tuple[HostBuffer | None, HostBuffer, list[str], list[int], int, list[Exception],
+               list[list[bytes]]] | None: ...
     def __len__(self) -> int: ...
     @property
     def num_samples(self) -> int: ...

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence, Union
 import numpy
 
 from . import _native
+from . import fields as sample_fields
 from ._native import Dataset
 from .errors import ConfigError
 
@@ -31,14 +32,14 @@ Transform = Union[
 class Batch(tuple):
     """One batch: the tuple ``(images, labels)``, so it unpacks (``images, labels =
     batch``), indexes (``batch[0]``) and has ``len(batch) == 2`` as torch's default collate
-    of ``(image, label)`` samples does; it also has ``images``, ``labels``, ``keys``,
-    ``indices``, ``epoch`` and ``skipped`` (the exceptions of samples skipped under
-    ``skip_errors``).
+    of ``(image, label)`` samples does; with ``fields=``, the tuple of those fields in their
+    order (``batch.field("json")`` finds one by name). It also has ``keys``, ``indices``,
+    ``epoch`` and ``skipped`` (the exceptions of samples skipped under ``skip_errors``).
 
     ``batch.to(device, non_blocking=True)`` moves its tensors and keeps the rest, which is
     how Lightning's ``move_data_to_device`` and Accelerate's ``send_to_device`` move it;
-    ``torch.utils._pytree`` sees its two tensors as leaves. A library that rebuilds it from
-    its tensors alone (torch's default conversion) makes a ``Batch`` whose ``keys``,
+    ``torch.utils._pytree`` sees its values as children. A library that rebuilds it from
+    its values alone (torch's default conversion) makes a ``Batch`` whose ``keys``,
     ``indices``, ``epoch`` and ``skipped`` are ``None``.
 
     ``images`` is ``[N, C, H, W]`` float32 after a tensor transform, ``[N, H, W, C]`` uint8
@@ -46,53 +47,93 @@ class Batch(tuple):
     long as needed, the memory goes back to the loader when the last view is gone.
     """
 
-    #: As a NamedTuple's: torch's default conversion (``DataLoader(batch_size=None)``) and
-    #: pin-memory thread rebuild a batch as ``Batch(images, labels)`` instead of a list.
-    _fields = ("images", "labels")
-
     keys: list[str] | None
     indices: list[int] | None
     epoch: int | None
     skipped: list[Exception] | None
 
-    def __new__(cls, images: Any, labels: Any, keys: Sequence[str] | None = None,
+    def __new__(cls, *values: Any, keys: Sequence[str] | None = None,
                 indices: Sequence[int] | None = None, epoch: int | None = None,
-                skipped: Sequence[Exception] | None = None) -> Batch:
-        # Made from its tensors alone (by a library rebuilding it), what it was read as
+                skipped: Sequence[Exception] | None = None,
+                fields: Sequence[str] | None = None) -> Batch:
+        # Made from its values alone (by a library rebuilding it), what it was read as
         # is unknown: None, never an empty list that would claim no samples.
-        self = super().__new__(cls, (images, labels))
+        self = super().__new__(cls, values)
         self.keys = None if keys is None else list(keys)
         self.indices = None if indices is None else list(indices)
         self.epoch = epoch
         self.skipped = None if skipped is None else list(skipped)
+        self._names = None if fields is None else tuple(fields)
         return self
 
     @property
+    def _fields(self) -> tuple[str, ...]:
+        """Its values' names, as a NamedTuple's: torch's default conversion
+        (``DataLoader(batch_size=None)``) and pin-memory thread rebuild a batch as
+        ``Batch(*values)`` when this exists, instead of a list."""
+        if self._names is not None:
+            return self._names
+        return ("images", "labels") if len(self) == 2 else tuple(
+            f"field{i}" for i in range(len(self)))
+
+    def field(self, name: str) -> Any:
+        """The values of the field ``name`` (as given in ``fields=``, or one of its
+        suffixes)."""
+        for i, field in enumerate(self._fields):
+            if name == field or name in field.split(";"):
+                return self[i]
+        raise KeyError(f"no field {name!r}; the fields are {', '.join(self._fields)}")
+
+    @property
     def images(self) -> Any:
-        """The batch's images."""
+        """The batch's images: the first value (with ``fields=``, the first field's)."""
         return self[0]
 
     @property
     def labels(self) -> Any:
-        """The batch's labels."""
-        return self[1]
+        """The batch's labels: the second value (with ``fields=``, the first field that is
+        a label, ``.cls`` and the like; ``None`` when none is)."""
+        if self._names is None:
+            return self[1]
+        from .fields import INT_SUFFIXES
 
-    def _with(self, images: Any, labels: Any) -> Batch:
-        """Other tensors, the same samples."""
-        return Batch(images, labels, self.keys, self.indices, self.epoch, self.skipped)
+        for i, field in enumerate(self._names):
+            if all(s.rsplit(".", 1)[-1] in INT_SUFFIXES for s in field.split(";")):
+                return self[i]
+        return None
+
+    def _with(self, *values: Any) -> Batch:
+        """Other values, the same samples."""
+        return Batch(*values, keys=self.keys, indices=self.indices, epoch=self.epoch,
+                     skipped=self.skipped, fields=self._names)
 
     def to(self, *args: Any, **kwargs: Any) -> Batch:
         """The batch with each tensor's ``.to(*args, **kwargs)`` (numpy arrays, which have
-        no ``to``, stay as they are)."""
+        no ``to``, and lists stay as they are)."""
         return self._with(*(x.to(*args, **kwargs) if hasattr(x, "to") else x for x in self))
 
+    def _context(self) -> tuple[Any, ...]:
+        return (self.keys, self.indices, self.epoch, self.skipped, self._names)
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Batch, (self[0], self[1], self.keys, self.indices, self.epoch, self.skipped))
+        return (_rebuild_batch, (tuple(self), self._context()))
 
     def __repr__(self) -> str:
-        shape = tuple(getattr(self.images, "shape", ()))
         skipped = None if self.skipped is None else len(self.skipped)
-        return f"Batch(images={shape}, epoch={self.epoch}, skipped={skipped})"
+        shapes = ", ".join(f"{name}={_shape(value)}" for name, value in zip(self._fields, self))
+        return f"Batch({shapes}, epoch={self.epoch}, skipped={skipped})"
+
+
+def _shape(value: Any) -> Any:
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if shape is not None else f"[{len(value)} values]"
+
+
+def _rebuild_batch(values: tuple[Any, ...], context: tuple[Any, ...]) -> Batch:
+    """A batch from its values and what ``Batch._context`` kept (pickle, pytree)."""
+    keys, indices, epoch, skipped, fields = context
+    return Batch(*values, keys=keys, indices=indices, epoch=epoch, skipped=skipped,
+                 fields=fields)
 
 
 _PYTREE_REGISTERED = False
@@ -100,7 +141,7 @@ _PYTREE_REGISTERED = False
 
 def _register_pytree(torch: Any) -> None:
     """Make ``torch.utils._pytree`` (``tree_map``, ``torch.compile``'s input handling) see
-    a batch's two tensors, not one opaque leaf, and rebuild it with its keys."""
+    a batch's values, not one opaque leaf, and rebuild it with its keys."""
     global _PYTREE_REGISTERED
     if _PYTREE_REGISTERED or torch is None:
         return
@@ -109,8 +150,8 @@ def _register_pytree(torch: Any) -> None:
 
     _pytree.register_pytree_node(
         Batch,
-        lambda b: (list(b), (b.keys, b.indices, b.epoch, b.skipped)),
-        lambda values, context: Batch(*values, *context),
+        lambda b: (list(b), b._context()),
+        lambda values, context: _rebuild_batch(tuple(values), context),
         serialized_type_name="loader_ml.Batch",
     )
 
@@ -426,6 +467,24 @@ class DataLoader:
         pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
             True)`` overlaps with compute: a copy per batch, as torch's DataLoader makes.
             Without CUDA it warns once and batches stay in the loader's memory.
+        fields: what a sample is, as WebDataset's ``to_tuple`` names it: member suffixes
+            in order, alternatives split by ``;`` (``("jpg;png", "json")``,
+            ``("npy", "txt")``, ``("flac", "json")``). Batches are tuples of these fields.
+            The first field's member is read as the sample's main part: an image there is
+            decoded natively and ``transform`` runs on it; any other field is decoded by
+            ``decode`` on the iterating thread (a member it cannot read raises
+            ``DecodeError`` naming the sample). Integers (``.cls``) batch as an int64
+            tensor, other numbers as float64, arrays of one shape as one stacked tensor,
+            everything else (text, dicts, ragged arrays) as a list. A sample lacking a
+            field is an error naming it when the shards are indexed. A dataset of one
+            object per sample (a folder, a manifest) has the object and its label:
+            ``("npy", "cls")``. Default: ``(images, labels)`` as above.
+        decode: how each member suffix of ``fields`` is decoded, overriding the defaults
+            (WebDataset's): a name (``"int"``, ``"txt"``, ``"json"``, ``"npy"``,
+            ``"bytes"``, ``"rgb8"``, ``"l8"``, ``"pil"``) or a function of the bytes, e.g.
+            ``{"flac": lambda b: soundfile.read(io.BytesIO(b))}``. By default images
+            other than the first field's are ``rgb8``, ``.cls``-like suffixes ``int``,
+            ``.txt`` text, ``.json`` JSON, ``.npy`` arrays (no pickles), the rest bytes.
 
     Each ``iter()`` reads one epoch, as torch's DataLoader: iterating again reads the next
     one, also after a ``break`` or a loop that stopped after ``len(loader)`` batches; after
@@ -468,16 +527,36 @@ class DataLoader:
         cache_block: int | None = None,
         output: Literal["auto", "torch", "numpy"] = "auto",
         pin_memory: bool = False,
+        fields: str | Sequence[str] | None = None,
+        decode: dict[str, sample_fields.Decoder] | None = None,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         given = {k: v for k, v in locals().items() if k in _OPTIONS}
+        if fields is None and decode is not None:
+            raise ConfigError("decode= says how the members named by fields= are decoded: "
+                              "give fields= too")
+        planned = None
+        if fields is not None:
+            # Planned as for shards first (the dataset is opened with its fields), then
+            # again once the dataset says whether it is one.
+            planned = sample_fields.plan(fields, decode, sharded=True,
+                                   transform=transform is not None)
+        names = None if planned is None else [f.name for f in planned]
         if isinstance(dataset, (str, os.PathLike)):
             dataset = Dataset(os.fspath(dataset), manifest=manifest,
-                              storage_options=storage_options)
+                              storage_options=storage_options, fields=names)
         elif manifest is not None or storage_options is not None:
             raise ConfigError("manifest and storage_options belong to the Dataset given")
+        elif dataset.num_shards and dataset.fields != names:
+            raise ConfigError(
+                f"fields={names!r}, but the Dataset given was opened with fields="
+                f"{dataset.fields!r}: open it with the same fields, or give the URL")
+        if planned is not None and not dataset.num_shards:
+            planned = sample_fields.plan(fields or (), decode, sharded=False,
+                                   transform=transform is not None)
         self.dataset = dataset
+        self._field_plan = planned
         name = steps = function = None
         if isinstance(transform, str):
             name = transform
@@ -537,9 +616,12 @@ class DataLoader:
             _OPTIONS[kw]: _option_text(_CONVERT.get(kw, _same)(value))
             for kw, value in given.items() if value is not None
         }
+        # Raw parts cross over only when a field needs them: otherwise the image path.
+        parts = planned is not None and any(not f.native and not f.label for f in planned)
         self._native = _native.Loader(
             dataset, options=options, transform=name,
-            steps=None if steps is None else json.dumps(steps), transform_fn=function)
+            steps=None if steps is None else json.dumps(steps), transform_fn=function,
+            parts=parts, main_image=planned is None or planned[0].native)
         _register_pytree(self._torch)
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -570,12 +652,35 @@ class DataLoader:
             if raw is None:
                 self._report_unreported_skips()
                 return
-            images, labels, keys, indices, epoch, skipped = raw
-            images, labels = self._array(images), self._array(labels)
+            images, labels, keys, indices, epoch, skipped, columns = raw
+            if self._field_plan is None:
+                values = [self._array(images), self._array(labels)]
+            else:
+                values = self._field_values(images, labels, keys, columns)
             if self._pin:
                 # Copies: the loader's buffers go back to it once these are dropped.
-                images, labels = images.pin_memory(), labels.pin_memory()
-            yield Batch(images, labels, keys, indices, epoch, skipped)
+                values = [v.pin_memory() if hasattr(v, "pin_memory") else v for v in values]
+            yield Batch(*values, keys=keys, indices=indices, epoch=epoch, skipped=skipped,
+                        fields=None if self._field_plan is None else
+                        [f.name for f in self._field_plan])
+
+    def _field_values(self, images: Any, labels: Any, keys: list[str],
+                      columns: list[list[bytes]]) -> list[Any]:
+        """Each field's batch: natively decoded images and labels as they came, the raw
+        columns decoded and collated here."""
+        raw = iter(columns)
+        values = []
+        for field in self._field_plan or ():
+            if field.native:
+                values.append(self._array(images))
+            elif field.label:
+                values.append(self._array(labels))
+            else:
+                column = next(raw)
+                values.append(sample_fields.collate(
+                    [field.decode(data, key) for data, key in zip(column, keys)],
+                    self._torch))
+        return values
 
     def _report_unreported_skips(self) -> None:
         """Samples skipped in a last batch that had none left: no batch carries them, so

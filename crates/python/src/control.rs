@@ -1,0 +1,86 @@
+//! What the Python front end asks of a loader, whatever its sample and batch types: one
+//! object-safe trait, so `PyLoader` holds a loader of images or of parts alike.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use loader_core::{DataLoader, ItemError, LoaderState, Metrics};
+
+use crate::parts::Delivered;
+
+/// What one wait for a batch ended with.
+pub enum Waited {
+    /// A batch.
+    Batch(Delivered),
+    /// The batch failed.
+    Failed(loader_core::Error),
+    /// The epoch is over.
+    EndOfEpoch,
+    /// Nothing yet: wait again (after letting Python's signal handlers run).
+    Waiting,
+    /// The loader is closed.
+    Closed,
+}
+
+/// A loader as `PyLoader` drives it.
+pub trait Control: Send {
+    /// Wait for the next batch for at most `tick`.
+    fn next_within(&mut self, runtime: &tokio::runtime::Runtime, tick: Duration) -> Waited;
+    /// Batches per epoch, see [`DataLoader::len`].
+    fn batches(&self) -> usize;
+    /// See [`DataLoader::epoch`].
+    fn epoch(&self) -> u64;
+    /// See [`DataLoader::set_epoch`].
+    fn set_epoch(&mut self, epoch: u64);
+    /// See [`DataLoader::to_epoch_start`].
+    fn to_epoch_start(&mut self) -> u64;
+    /// See [`DataLoader::state`].
+    fn state(&self) -> loader_core::Result<LoaderState>;
+    /// See [`DataLoader::resume`].
+    fn resume(&mut self, state: LoaderState) -> loader_core::Result<()>;
+    /// See [`DataLoader::take_unreported_skips`].
+    fn take_unreported_skips(&mut self) -> Vec<ItemError>;
+    /// See [`DataLoader::metrics`].
+    fn metrics(&self) -> Option<Arc<Metrics>>;
+}
+
+impl<T, B> Control for DataLoader<T, B>
+where
+    T: Send + 'static,
+    B: Into<Delivered> + Send + 'static,
+    DataLoader<T, B>: Send,
+{
+    fn next_within(&mut self, runtime: &tokio::runtime::Runtime, tick: Duration) -> Waited {
+        match runtime.block_on(async { tokio::time::timeout(tick, StreamExt::next(self)).await }) {
+            Ok(Some(Ok(batch))) => Waited::Batch(batch.into()),
+            Ok(Some(Err(e))) => Waited::Failed(e),
+            Ok(None) => Waited::EndOfEpoch,
+            Err(_) => Waited::Waiting,
+        }
+    }
+    fn batches(&self) -> usize {
+        DataLoader::len(self)
+    }
+    fn epoch(&self) -> u64 {
+        DataLoader::epoch(self)
+    }
+    fn set_epoch(&mut self, epoch: u64) {
+        DataLoader::set_epoch(self, epoch);
+    }
+    fn to_epoch_start(&mut self) -> u64 {
+        DataLoader::to_epoch_start(self)
+    }
+    fn state(&self) -> loader_core::Result<LoaderState> {
+        DataLoader::state(self)
+    }
+    fn resume(&mut self, state: LoaderState) -> loader_core::Result<()> {
+        DataLoader::resume(self, state)
+    }
+    fn take_unreported_skips(&mut self) -> Vec<ItemError> {
+        DataLoader::take_unreported_skips(self)
+    }
+    fn metrics(&self) -> Option<Arc<Metrics>> {
+        DataLoader::metrics(self)
+    }
+}
