@@ -86,6 +86,22 @@ impl PyDataset {
         self.fields.clone()
     }
 
+    /// How many samples' objects end in each extension (lowercased, after the last dot;
+    /// `""` for none), for a dataset of one object per sample.
+    fn extensions(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for item in self.dataset.items() {
+            let ext = item
+                .key
+                .rsplit_once('/')
+                .map_or(&*item.key, |(_, name)| name)
+                .rsplit_once('.')
+                .map_or(String::new(), |(_, ext)| ext.to_ascii_lowercase());
+            *counts.entry(ext).or_insert(0) += 1;
+        }
+        counts
+    }
+
     /// Shards (0 for a dataset of one object per sample).
     #[getter]
     fn num_shards(&self) -> usize {

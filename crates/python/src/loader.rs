@@ -259,8 +259,9 @@ impl PyLoader {
     }
 
     /// The next batch of this epoch as `(images, labels, keys, indices, epoch, skipped,
-    /// columns)` (`images` is `None` when the main part is not an image; `columns` holds
-    /// the raw fields' bytes, one list per field), or `None` at the end of the epoch (the next call starts the next one). Waits with
+    /// columns, position)` (`images` is `None` when the main part is not an image;
+    /// `columns` holds the raw fields' bytes, one list per field; `position`, where the
+    /// batch starts in its epoch, for `rewind`, is `None` without raw fields), or `None` at the end of the epoch (the next call starts the next one). Waits with
     /// the GIL released; Ctrl-C interrupts the wait.
     fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.check_process()?;
@@ -296,6 +297,7 @@ impl PyLoader {
                         batch.epoch,
                         skipped,
                         columns,
+                        batch.position,
                     )
                         .into_pyobject(py)?;
                     return Ok(Some(tuple));
@@ -418,6 +420,15 @@ impl PyLoader {
             .map_err(|e| errors::raise(&e, &self.backend))?;
         self.pinned.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Go back to `position` of `epoch` (a batch Python could not decode), so the state
+    /// names it as not delivered and a resume reads it again; unlike `load_state_dict`, the
+    /// next pass starts an epoch, as after a batch the loader itself failed.
+    fn rewind(&self, py: Python<'_>, epoch: u64, position: u64) -> PyResult<()> {
+        self.check_process()?;
+        self.with(py, |l| l.resume(LoaderState::at(epoch, position)))?
+            .map_err(|e| errors::raise(&e, &self.backend))
     }
 
     /// The engine's per-stage summary of the run so far (fetch, decode, waits), or `None`

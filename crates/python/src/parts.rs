@@ -36,6 +36,9 @@ pub struct Delivered {
     pub skipped: Vec<ItemError>,
     /// The raw fields' bytes, `columns[field][sample]`.
     pub columns: Vec<Vec<Bytes>>,
+    /// Where the batch starts in its epoch, for a loader of parts: Python decodes its
+    /// fields after the loader has moved past it, and rewinds to here when that fails.
+    pub position: Option<u64>,
 }
 
 impl From<Batch> for Delivered {
@@ -49,6 +52,7 @@ impl From<Batch> for Delivered {
             epoch: t.epoch,
             skipped: t.skipped,
             columns: Vec::new(),
+            position: None,
         }
     }
 }
@@ -83,6 +87,7 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
     let width = raw.samples.first().map_or(0, |(_, p)| p.raw.len());
     let mut columns: Vec<Vec<Bytes>> = vec![Vec::with_capacity(raw.samples.len()); width];
     let has_images = raw.samples.iter().any(|(_, p)| p.image.is_some());
+    let position = Some(raw.position);
     // Every sample of a loader has the same fields (a missing one is refused when the
     // shards are indexed), so the columns line up.
     let mut take = |parts: Parts| {
@@ -98,6 +103,7 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
         let batch = collate(images)?;
         return Ok(Delivered {
             columns,
+            position,
             ..Delivered::from(batch)
         });
     }
@@ -129,6 +135,7 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
         epoch,
         skipped,
         columns,
+        position,
     })
 }
 

@@ -103,11 +103,18 @@ class Field:
         try:
             return function(data)
         except Exception as e:
-            shown = self.decoder if isinstance(self.decoder, str) else getattr(
-                self.decoder, "__name__", repr(self.decoder))
             raise DecodeError(
-                f"sample {key!r}: its .{self.name} member could not be decoded by {shown}: "
-                f"{e}", key=key, cause=str(e)) from e
+                f"sample {key!r}: its .{self.name} member could not be decoded by "
+                f"{_name(self.decoder)}: {e}", key=key, cause=str(e)) from e
+
+    def collate(self, values: list[Any], keys: list[str], torch: Any) -> Any:
+        """This field's values of one batch, collated (see :func:`collate`)."""
+        try:
+            return collate(values, torch)
+        except Exception as e:
+            raise DecodeError(
+                f"the .{self.name} values of samples {keys[0]!r}..{keys[-1]!r} could not be "
+                f"batched: {e}", key=keys[0], cause=str(e)) from e
 
 
 def _decoder_of(suffix: str, decode: Mapping[str, Decoder]) -> tuple[Decoder, bool]:
@@ -132,7 +139,8 @@ def plan(fields: str | Sequence[str], decode: Mapping[str, Decoder] | None, *,
     decoder; the first field is decoded natively when it is an image nobody chose another
     decoder for; a transform needs such a first field and no other image decoded unasked."""
     if isinstance(fields, str):
-        fields = [fields]
+        # As webdataset's to_tuple("jpg cls"): one string of space-separated fields.
+        fields = fields.split()
     decode = {str(k).lower().lstrip("."): v for k, v in (decode or {}).items()}
     planned = []
     for position, name in enumerate(fields):
@@ -141,12 +149,18 @@ def plan(fields: str | Sequence[str], decode: Mapping[str, Decoder] | None, *,
         suffixes = tuple(s.strip().lower().lstrip(".") for s in name.split(";") if s.strip())
         if not suffixes:
             raise ConfigError(f"field {name!r} names no suffix")
+        if any(s.startswith("__") for s in suffixes):
+            raise ConfigError(
+                f"field {name!r}: a sample's key is not a member; every batch carries its "
+                "samples' keys as batch.keys")
+        if any(c.isspace() for s in suffixes for c in s):
+            raise ConfigError(f"field {name!r}: a suffix holds a space")
         chosen = [_decoder_of(s, decode) for s in suffixes]
         decoders = {id(d) if callable(d) else d for d, _ in chosen}
         if len(decoders) > 1:
             raise ConfigError(
                 f"field {name!r}: its alternatives decode differently "
-                f"({', '.join(f'.{s}: {d if isinstance(d, str) else d.__name__}' for s, (d, _) in zip(suffixes, chosen))}); "
+                f"({', '.join(f'.{s}: {_name(d)}' for s, (d, _) in zip(suffixes, chosen))}); "
                 "give them one decoder with decode=")
         decoder, asked = chosen[0]
         image = all(_last(s) in IMAGE_SUFFIXES for s in suffixes)
@@ -172,25 +186,39 @@ def plan(fields: str | Sequence[str], decode: Mapping[str, Decoder] | None, *,
     return planned
 
 
+def _name(decoder: Decoder) -> str:
+    """A decoder as an error shows it: its name, or its repr for objects without one."""
+    if isinstance(decoder, str):
+        return decoder
+    return getattr(decoder, "__name__", None) or repr(decoder)
+
+
 def _display(name: str) -> str:
     return ";".join(s.strip().lower().lstrip(".") for s in name.split(";") if s.strip())
 
 
 def collate(values: list[Any], torch: Any) -> Any:
-    """Values of one field as a batch, as torch's default collate makes them: integers
-    as an int64 tensor, other numbers as float64, arrays (and tensors) of one shape and
-    dtype stacked; anything else (text, dicts, ragged arrays, bytes) a list."""
+    """Values of one field as a batch, as torch's default collate makes them: Python
+    integers as int64, floats as float64, bools as bool, numpy scalars and arrays of one
+    shape and dtype stacked in their dtype (tensors too); anything else (text, dicts,
+    ragged arrays, bytes) a list, whose arrays become tensors under torch output."""
     if not values:
         return values
-    if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+    if all(type(v) is bool for v in values):
+        return _tensor(numpy.asarray(values, numpy.bool_), torch)
+    if all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, numpy.generic))
+           for v in values):
         return _tensor(numpy.asarray(values, numpy.int64), torch)
-    if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+    if all(isinstance(v, numbers.Real) and not isinstance(v, (bool, numpy.generic))
+           for v in values):
         return _tensor(numpy.asarray(values, numpy.float64), torch)
-    if all(isinstance(v, numpy.ndarray) for v in values):
-        first = values[0]
-        if first.dtype.kind in "biufc" and all(
-                v.shape == first.shape and v.dtype == first.dtype for v in values):
-            return _tensor(numpy.stack(values), torch)
+    if all(isinstance(v, (numpy.ndarray, numpy.generic)) for v in values):
+        first = numpy.asarray(values[0])
+        same = all(numpy.shape(v) == first.shape and v.dtype == first.dtype for v in values)
+        if first.dtype.kind in "biufc":
+            if same:
+                return _tensor(numpy.stack(values), torch)
+            return [_tensor(numpy.asarray(v), torch) for v in values]
         return list(values)
     if torch is not None and all(isinstance(v, torch.Tensor) for v in values):
         first = values[0]

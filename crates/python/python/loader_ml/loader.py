@@ -108,9 +108,10 @@ class Batch(tuple):
                      skipped=self.skipped, fields=self._names)
 
     def to(self, *args: Any, **kwargs: Any) -> Batch:
-        """The batch with each tensor's ``.to(*args, **kwargs)`` (numpy arrays, which have
-        no ``to``, and lists stay as they are)."""
-        return self._with(*(x.to(*args, **kwargs) if hasattr(x, "to") else x for x in self))
+        """The batch with each tensor's ``.to(*args, **kwargs)``, also those in its lists
+        and dicts (a field of ragged arrays); numpy arrays, which have no ``to``, and other
+        values stay as they are."""
+        return self._with(*(_moved(x, args, kwargs) for x in self))
 
     def _context(self) -> tuple[Any, ...]:
         return (self.keys, self.indices, self.epoch, self.skipped, self._names)
@@ -122,6 +123,17 @@ class Batch(tuple):
         skipped = None if self.skipped is None else len(self.skipped)
         shapes = ", ".join(f"{name}={_shape(value)}" for name, value in zip(self._fields, self))
         return f"Batch({shapes}, epoch={self.epoch}, skipped={skipped})"
+
+
+def _moved(value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``value.to(...)`` for a tensor, recursively for lists, tuples and dicts of them."""
+    if hasattr(value, "to") and not isinstance(value, (list, tuple, dict)):
+        return value.to(*args, **kwargs)
+    if isinstance(value, list):
+        return [_moved(v, args, kwargs) for v in value]
+    if isinstance(value, dict):
+        return {k: _moved(v, args, kwargs) for k, v in value.items()}
+    return value
 
 
 def _shape(value: Any) -> Any:
@@ -284,6 +296,18 @@ def _steps(spec: Any) -> list[dict[str, Any]]:
                 f"transform step {step!r}: give (name, *args), a name, a dict, or a "
                 "torchvision transform")
     return steps
+
+
+def _check_extensions(dataset: Dataset, field: sample_fields.Field) -> None:
+    """Refuse a dataset of one object per sample whose objects are not what its first
+    field names: a PNG read as ``npy`` would fail each sample, or pass as another format."""
+    others = {ext: n for ext, n in dataset.extensions().items() if ext not in field.suffixes}
+    if others:
+        shown = ", ".join(f".{ext or '(none)'}: {n}" for ext, n in sorted(others.items()))
+        raise ConfigError(
+            f"fields={field.name!r}...: the dataset's objects should end in "
+            f".{' or .'.join(field.suffixes)}, but {sum(others.values())} do not ({shown}); "
+            "name their suffixes in the first field (alternatives split by ';')")
 
 
 def _process_group() -> tuple[int, int] | None:
@@ -472,13 +496,17 @@ class DataLoader:
             ``("npy", "txt")``, ``("flac", "json")``). Batches are tuples of these fields.
             The first field's member is read as the sample's main part: an image there is
             decoded natively and ``transform`` runs on it; any other field is decoded by
-            ``decode`` on the iterating thread (a member it cannot read raises
-            ``DecodeError`` naming the sample). Integers (``.cls``) batch as an int64
-            tensor, other numbers as float64, arrays of one shape as one stacked tensor,
-            everything else (text, dicts, ragged arrays) as a list. A sample lacking a
+            ``decode`` on the iterating thread. Values batch as torch's default collate
+            batches them (ints as int64, floats as float64, numpy values and arrays of
+            one shape stacked in their dtype); everything else (text, dicts, ragged
+            arrays) is a list. One string is split at spaces, as ``to_tuple("jpg cls")``.
+            A sample lacking a
             field is an error naming it when the shards are indexed. A dataset of one
-            object per sample (a folder, a manifest) has the object and its label:
-            ``("npy", "cls")``. Default: ``(images, labels)`` as above.
+            object per sample (a folder of images, a manifest of any objects) has the
+            object and its label, ``("npy", "cls")``; its objects must end in the first
+            field's suffixes. A member ``decode`` cannot read raises ``DecodeError`` and
+            the loader's state stays before its batch (``skip_errors`` covers reading
+            and native decoding, not ``decode``). Default: ``(images, labels)``.
         decode: how each member suffix of ``fields`` is decoded, overriding the defaults
             (WebDataset's): a name (``"int"``, ``"txt"``, ``"json"``, ``"npy"``,
             ``"bytes"``, ``"rgb8"``, ``"l8"``, ``"pil"``) or a function of the bytes, e.g.
@@ -554,7 +582,8 @@ class DataLoader:
                 f"{dataset.fields!r}: open it with the same fields, or give the URL")
         if planned is not None and not dataset.num_shards:
             planned = sample_fields.plan(fields or (), decode, sharded=False,
-                                   transform=transform is not None)
+                                         transform=transform is not None)
+            _check_extensions(dataset, planned[0])
         self.dataset = dataset
         self._field_plan = planned
         name = steps = function = None
@@ -652,11 +681,18 @@ class DataLoader:
             if raw is None:
                 self._report_unreported_skips()
                 return
-            images, labels, keys, indices, epoch, skipped, columns = raw
+            images, labels, keys, indices, epoch, skipped, columns, position = raw
             if self._field_plan is None:
                 values = [self._array(images), self._array(labels)]
             else:
-                values = self._field_values(images, labels, keys, columns)
+                try:
+                    values = self._field_values(images, labels, keys, columns)
+                except BaseException:
+                    # The loader counted the batch as delivered; it was not: its state
+                    # goes back before it, so a resume reads it again.
+                    if position is not None:
+                        native.rewind(epoch, position)
+                    raise
             if self._pin:
                 # Copies: the loader's buffers go back to it once these are dropped.
                 values = [v.pin_memory() if hasattr(v, "pin_memory") else v for v in values]
@@ -677,9 +713,9 @@ class DataLoader:
                 values.append(self._array(labels))
             else:
                 column = next(raw)
-                values.append(sample_fields.collate(
+                values.append(field.collate(
                     [field.decode(data, key) for data, key in zip(column, keys)],
-                    self._torch))
+                    keys, self._torch))
         return values
 
     def _report_unreported_skips(self) -> None:
