@@ -126,7 +126,7 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (
         dataset, *, options, transform = None, steps = None, transform_fn = None,
-        parts = false, main_image = true,
+        parts = false, main_image = true, decode_fields = None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keywords, one each
     fn new(
@@ -138,6 +138,7 @@ impl PyLoader {
         transform_fn: Option<Py<PyAny>>,
         parts: bool,
         main_image: bool,
+        decode_fields: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let backend = dataset.store.name().to_owned();
         let config = |e: String| errors::config(e);
@@ -197,8 +198,12 @@ impl PyLoader {
                     Ok(pipeline.run(&bytes, key)?)
                 })),
             };
+            let fields = decode_fields.map(|function| parts::FieldDecoder {
+                function,
+                fatal: fatal.clone(),
+            });
             let builder = builder
-                .map(parts::stage(image), parts::collate_parts)
+                .map(parts::stage(image, fields), parts::collate_parts)
                 .weigh(parts::weight);
             boxed(py, builder, &backend)?
         } else if let Some(callable) = transform_fn {
@@ -288,6 +293,10 @@ impl PyLoader {
                         let values: Vec<Bound<'_, PyBytes>> =
                             column.iter().map(|b| PyBytes::new(py, b)).collect();
                         columns.append(values)?;
+                    }
+                    if !batch.decoded.is_empty() {
+                        // Decoded on the decode threads: one tuple per sample.
+                        columns.append(batch.decoded)?;
                     }
                     let tuple = (
                         images,

@@ -5,6 +5,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::transform::{Fatal, call_python};
 use loader_core::{
     Batch, Buffer, HostTensor, ItemError, RawBatch, Sample, SampleInfo, SourceError, StageError,
     collate, sample_bytes,
@@ -13,11 +17,24 @@ use loader_core::{
 /// What the image stage of a loader is: bytes of the main part to a decoded sample.
 pub type ImageStage = Arc<dyn Fn(Bytes, &SampleInfo) -> Result<Sample, StageError> + Send + Sync>;
 
-/// One sample's parts: its image when the main part is one, and the bytes of its other
-/// fields in field order (the main part's first when it is not an image).
+/// One sample's parts: its image when the main part is one, and its other fields in
+/// field order (the main part's first when it is not an image), as bytes or, with a Python
+/// decoder, as the tuple it made of them.
 pub struct Parts {
     image: Option<Sample>,
     raw: Vec<Bytes>,
+    decoded: Option<Py<PyAny>>,
+    /// What the raw bytes weighed, kept once they are decoded.
+    bytes: usize,
+}
+
+/// A Python function of a sample's raw fields (`list[bytes]`) and its key that returns
+/// their decoded values, run on the decode threads.
+pub struct FieldDecoder {
+    /// The function.
+    pub function: Py<PyAny>,
+    /// Where its `KeyboardInterrupt` or `SystemExit` goes.
+    pub fatal: Fatal,
 }
 
 /// One batch as the Python front end takes it over.
@@ -34,8 +51,10 @@ pub struct Delivered {
     pub epoch: u64,
     /// Samples skipped under `skip_errors`.
     pub skipped: Vec<ItemError>,
-    /// The raw fields' bytes, `columns[field][sample]`.
+    /// The raw fields' bytes, `columns[field][sample]` (without a Python decoder).
     pub columns: Vec<Vec<Bytes>>,
+    /// Each sample's decoded fields, as the Python decoder returned them.
+    pub decoded: Vec<Py<PyAny>>,
     /// Where the batch starts in its epoch, for a loader of parts: Python decodes its
     /// fields after the loader has moved past it, and rewinds to here when that fails.
     pub position: Option<u64>,
@@ -52,15 +71,19 @@ impl From<Batch> for Delivered {
             epoch: t.epoch,
             skipped: t.skipped,
             columns: Vec::new(),
+            decoded: Vec::new(),
             position: None,
         }
     }
 }
 
 /// The CPU stage of a loader of parts: `image` decodes the main part when it is an image
-/// (`None`: it is kept as bytes); the members ride along as the fetch cut them.
+/// (`None`: it is kept as bytes); the members ride along as the fetch cut them, or are
+/// decoded by `fields` on this thread, so a failure is the sample's (and `skip_errors`
+/// covers it) and decoding runs beside training.
 pub fn stage(
     image: Option<ImageStage>,
+    fields: Option<FieldDecoder>,
 ) -> impl Fn(Bytes, &SampleInfo) -> Result<Parts, StageError> + Send + Sync + 'static {
     move |bytes: Bytes, info: &SampleInfo| {
         let mut raw = Vec::with_capacity(info.members.len() + 1);
@@ -72,13 +95,33 @@ pub fn stage(
             }
         };
         raw.extend(info.members.iter().map(|(_, b)| b.clone()));
-        Ok(Parts { image, raw })
+        let bytes = raw.iter().map(Bytes::len).sum();
+        let Some(fields) = &fields else {
+            return Ok(Parts {
+                image,
+                raw,
+                decoded: None,
+                bytes,
+            });
+        };
+        let key = info.name.as_deref().unwrap_or(&info.key);
+        let decoded = call_python(&fields.fatal, |py| {
+            let parts: Vec<Bound<'_, PyBytes>> = raw.iter().map(|b| PyBytes::new(py, b)).collect();
+            fields.function.call1(py, (parts, key))
+        })?;
+        Ok(Parts {
+            image,
+            raw: Vec::new(),
+            decoded: Some(decoded),
+            bytes,
+        })
     }
 }
 
-/// What a sample's parts hold, for the decoded-bytes bound: pixels and raw bytes alike.
+/// What a sample's parts hold, for the decoded-bytes bound: pixels, and the raw fields'
+/// bytes (a measure of what they decode to).
 pub fn weight(parts: &Parts) -> usize {
-    parts.image.as_ref().map_or(0, sample_bytes) + parts.raw.iter().map(Bytes::len).sum::<usize>()
+    parts.image.as_ref().map_or(0, sample_bytes) + parts.bytes
 }
 
 /// A batch of parts: images stacked as the default collate stacks them, each raw field
@@ -90,10 +133,12 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
     let position = Some(raw.position);
     // Every sample of a loader has the same fields (a missing one is refused when the
     // shards are indexed), so the columns line up.
+    let mut decoded = Vec::with_capacity(raw.samples.len());
     let mut take = |parts: Parts| {
         for (column, bytes) in columns.iter_mut().zip(parts.raw) {
             column.push(bytes);
         }
+        decoded.extend(parts.decoded);
         parts.image
     };
     if has_images {
@@ -103,6 +148,7 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
         let batch = collate(images)?;
         return Ok(Delivered {
             columns,
+            decoded,
             position,
             ..Delivered::from(batch)
         });
@@ -135,6 +181,7 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
         epoch,
         skipped,
         columns,
+        decoded,
         position,
     })
 }

@@ -78,21 +78,31 @@ pub fn python_stage(
             return Err("the decode step made floats, not pixels".into());
         };
         let image = HostTensor::u8(Buffer::from(pixels), decoded.shape.to_vec())?;
-        if FINALIZING.load(Ordering::Acquire) {
-            // Taking the GIL while the interpreter finalizes ends the thread by a forced
-            // unwind through Rust frames, which aborts the process.
-            return Err("the Python interpreter is shutting down".into());
-        }
-        Python::attach(|py| {
-            call(py, &callable, image).map_err(|err| {
-                if !err.is_instance_of::<PyException>(py) {
-                    // KeyboardInterrupt, SystemExit: not a failed sample to skip.
-                    fatal.set(err.clone_ref(py));
-                }
-                StageError::from(err)
-            })
-        })
+        call_python(&fatal, |py| call(py, &callable, image))
     }
+}
+
+/// Run `f` with the GIL on a decode thread: its exception fails the sample (skipped or
+/// raised, per `skip_errors`), except a `KeyboardInterrupt` or `SystemExit`, which stops
+/// the loader through `fatal`.
+pub fn call_python<R>(
+    fatal: &Fatal,
+    f: impl FnOnce(Python<'_>) -> PyResult<R>,
+) -> Result<R, StageError> {
+    if FINALIZING.load(Ordering::Acquire) {
+        // Taking the GIL while the interpreter finalizes ends the thread by a forced
+        // unwind through Rust frames, which aborts the process.
+        return Err("the Python interpreter is shutting down".into());
+    }
+    Python::attach(|py| {
+        f(py).map_err(|err| {
+            if !err.is_instance_of::<PyException>(py) {
+                // KeyboardInterrupt, SystemExit: not a failed sample to skip.
+                fatal.set(err.clone_ref(py));
+            }
+            StageError::from(err)
+        })
+    })
 }
 
 /// Set by `loader_ml` at interpreter exit (an `atexit` hook, before finalization), so

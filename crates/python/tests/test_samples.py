@@ -208,6 +208,14 @@ def test_a_batch_decode_cannot_read_stays_undelivered_in_the_state(tmp_path: Pat
                                     decode={"json": lambda b: b.decode()})
     tolerant.load_state_dict(state)
     assert [k for batch in tolerant for k in batch.keys] == ["k4", "k5", "k6", "k7"]
+    # Decoded on the decode threads, a member is a sample that fails as a bad image does:
+    # under skip_errors it is skipped and reported.
+    skipping = loader_ml.DataLoader(url, batch_size=4, fields=("json", "cls"), skip_errors=2)
+    batches = list(skipping)
+    assert [k for batch in batches for k in batch.keys] == ["k0", "k1", "k2", "k3", "k4",
+                                                            "k6", "k7"]
+    (report,) = batches[1].skipped
+    assert "k5" in str(report) and "json" in str(report)
 
 
 def test_webdataset_spellings_dtypes_and_moves(tmp_path: Path) -> None:

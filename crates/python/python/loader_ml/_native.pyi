@@ -58,6 +58,7 @@ class Loader:
         transform_fn: Any = None,
         parts: bool = False,
         main_image: bool = True,
+        decode_fields: Any = None,
     ) -> None: ...
     def next_batch(
         self,

@@ -117,6 +117,12 @@ class Field:
                 f"batched: {e}", key=keys[0], cause=str(e)) from e
 
 
+def decode_sample(fields: tuple[Field, ...], parts: list[bytes], key: str) -> tuple[Any, ...]:
+    """One sample's raw fields decoded, each by its field's decoder: what the decode
+    threads call."""
+    return tuple(field.decode(data, key) for field, data in zip(fields, parts))
+
+
 def _decoder_of(suffix: str, decode: Mapping[str, Decoder]) -> tuple[Decoder, bool]:
     """The decoder for a suffix and whether the caller chose it: ``decode`` by the whole
     suffix, then by its last part, else the default."""

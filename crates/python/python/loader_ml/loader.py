@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import numbers
 import os
@@ -496,7 +497,10 @@ class DataLoader:
             ``("npy", "txt")``, ``("flac", "json")``). Batches are tuples of these fields.
             The first field's member is read as the sample's main part: an image there is
             decoded natively and ``transform`` runs on it; any other field is decoded by
-            ``decode`` on the iterating thread. Values batch as torch's default collate
+            ``decode`` on the decode threads (under the GIL, as a callable transform), so a
+            member it cannot read fails its sample as a bad image does (``DecodeError``
+            naming it, or skipped under ``skip_errors``). Values batch as torch's default
+            collate
             batches them (ints as int64, floats as float64, numpy values and arrays of
             one shape stacked in their dtype); everything else (text, dicts, ragged
             arrays) is a list. One string is split at spaces, as ``to_tuple("jpg cls")``.
@@ -504,9 +508,7 @@ class DataLoader:
             field is an error naming it when the shards are indexed. A dataset of one
             object per sample (a folder of images, a manifest of any objects) has the
             object and its label, ``("npy", "cls")``; its objects must end in the first
-            field's suffixes. A member ``decode`` cannot read raises ``DecodeError`` and
-            the loader's state stays before its batch (``skip_errors`` covers reading
-            and native decoding, not ``decode``). Default: ``(images, labels)``.
+            field's suffixes. Default: ``(images, labels)``.
         decode: how each member suffix of ``fields`` is decoded, overriding the defaults
             (WebDataset's): a name (``"int"``, ``"txt"``, ``"json"``, ``"npy"``,
             ``"bytes"``, ``"rgb8"``, ``"l8"``, ``"pil"``) or a function of the bytes, e.g.
@@ -646,11 +648,13 @@ class DataLoader:
             for kw, value in given.items() if value is not None
         }
         # Raw parts cross over only when a field needs them: otherwise the image path.
-        parts = planned is not None and any(not f.native and not f.label for f in planned)
+        raw_fields = tuple(f for f in planned or () if not f.native and not f.label)
         self._native = _native.Loader(
             dataset, options=options, transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function,
-            parts=parts, main_image=planned is None or planned[0].native)
+            parts=bool(raw_fields), main_image=planned is None or planned[0].native,
+            decode_fields=functools.partial(sample_fields.decode_sample, raw_fields)
+            if raw_fields else None)
         _register_pytree(self._torch)
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -702,20 +706,20 @@ class DataLoader:
 
     def _field_values(self, images: Any, labels: Any, keys: list[str],
                       columns: list[list[bytes]]) -> list[Any]:
-        """Each field's batch: natively decoded images and labels as they came, the raw
-        columns decoded and collated here."""
-        raw = iter(columns)
+        """Each field's batch: natively decoded images and labels as they came, the other
+        fields (decoded on the decode threads, one tuple per sample) collated here."""
+        decoded = columns[0] if columns else []
         values = []
+        raw = 0
         for field in self._field_plan or ():
             if field.native:
                 values.append(self._array(images))
             elif field.label:
                 values.append(self._array(labels))
             else:
-                column = next(raw)
-                values.append(field.collate(
-                    [field.decode(data, key) for data, key in zip(column, keys)],
-                    keys, self._torch))
+                values.append(field.collate([sample[raw] for sample in decoded], keys,
+                                            self._torch))
+                raw += 1
         return values
 
     def _report_unreported_skips(self) -> None:
