@@ -126,6 +126,12 @@ def test_a_manifest_of_arrays_with_labels(tmp_path: Path) -> None:
     assert arrays.dtype == numpy.int16 and arrays.shape == (6, 2, 2)
     assert [int(a[0, 0]) for a in arrays] == list(range(6))
     assert labels.tolist() == [i % 2 for i in range(6)]
+    # A manifest of keys alone: samples without labels.
+    (folder / "unlabelled.csv").write_text("key\n" + "".join(f"a{i}.npy\n" for i in range(6)))
+    loader = loader_ml.DataLoader(str(folder), manifest="unlabelled.csv", batch_size=6,
+                                  fields="npy", output="numpy")
+    (arrays,) = next(iter(loader))
+    assert arrays.shape == (6, 2, 2) and loader.dataset[0] == ("a0.npy", -1)
 
 
 def test_field_batches_move_pickle_and_map_as_tuples(tmp_path: Path) -> None:

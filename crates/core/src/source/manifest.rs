@@ -19,10 +19,12 @@ pub enum ManifestFormat {
     /// BOM allowed, `#` comment lines. A first row is a header only if it names the columns:
     /// `key`, `path` or `file`, and `label` or `class` (any case, any order), and optionally
     /// `offset` and `length` for samples packed in larger files (a sample is then that
-    /// byte range of its object).
+    /// byte range of its object). Without a label column (a header without one, or rows of
+    /// a key alone) no sample has a label (each is labelled -1).
     Csv,
     /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"`, with
-    /// optional `"offset"` and `"length"` for a byte range.
+    /// optional `"offset"` and `"length"` for a byte range; with no `"label"` on any line,
+    /// no sample has one (each is labelled -1).
     JsonLines,
 }
 
@@ -117,9 +119,16 @@ impl Dataset {
             Label::Int(v) => {
                 format == ManifestFormat::Csv && known.contains_key(v.to_string().as_str())
             }
+            Label::Absent => false,
         });
         for (line, _, label) in &lines {
             match label {
+                Label::Absent => {
+                    return Err(line_error(
+                        *line,
+                        format!("no label, but the labels must be classes of {}", shown()),
+                    ));
+                }
                 Label::Int(v) if !named => {
                     if !(0..classes.len() as i64).contains(v) {
                         return Err(line_error(
@@ -164,6 +173,7 @@ impl Dataset {
                 name: None,
                 members: Arc::default(),
                 label: match label {
+                    Label::Absent => -1,
                     Label::Int(v) if !named => *v,
                     other => index
                         .get(other.text().as_str())
@@ -209,11 +219,31 @@ fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
             ));
         }
     }
+    // Labelled and unlabelled lines: one or the other, or a forgotten label would read as
+    // "no label" (-1) among classes.
+    let absent = lines
+        .iter()
+        .filter(|(_, _, l)| matches!(l, Label::Absent))
+        .count();
+    if absent != 0 && absent != lines.len() {
+        let rare_is_absent = absent * 2 <= lines.len();
+        if let Some((line, _, _)) = lines
+            .iter()
+            .find(|(_, _, l)| matches!(l, Label::Absent) == rare_is_absent)
+        {
+            let why = if rare_is_absent {
+                "no label, but the other lines have one"
+            } else {
+                "a label, but the other lines have none"
+            };
+            return Err(line_error(*line, why.to_owned()));
+        }
+    }
     let names = lines
         .iter()
         .filter(|(_, _, l)| matches!(l, Label::Name(_)))
         .count();
-    let ints = lines.len() - names;
+    let ints = lines.len() - names - absent;
     if names == 0 || ints == 0 {
         return Ok(());
     }
@@ -244,6 +274,8 @@ fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
 enum Label {
     Int(i64),
     Name(String),
+    /// The manifest gives no label.
+    Absent,
 }
 
 /// A manifest row's object and, for packed files, the sample's bytes in it.
@@ -283,6 +315,7 @@ impl Label {
         match self {
             Label::Int(v) => v.to_string(),
             Label::Name(n) => n.clone(),
+            Label::Absent => String::new(),
         }
     }
 }
@@ -334,10 +367,10 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
     let mut out = Vec::new();
-    // Columns from a header, or key first then label.
+    // Columns from a header, or key first then label (or a key alone, on every row).
     let mut columns = Columns {
         key: 0,
-        label: 1,
+        label: Some(1),
         range: None,
     };
     let mut first = true;
@@ -353,26 +386,34 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
         }
         let shown = fields.join(",");
         let bad = |why: String| line_error(line, format!("{why}: {shown:?}"));
-        if std::mem::take(&mut first)
-            && let Some(header) = header_columns(&fields)
-        {
-            columns = header;
-            continue;
+        if std::mem::take(&mut first) {
+            if let Some(header) = header_columns(&fields) {
+                columns = header;
+                continue;
+            }
+            if fields.len() == 1 {
+                columns.label = None;
+            }
         }
-        let want = if columns.range.is_some() { 4 } else { 2 };
+        let want =
+            1 + usize::from(columns.label.is_some()) + if columns.range.is_some() { 2 } else { 0 };
         if fields.len() != want {
+            let shape = match (columns.label.is_some(), columns.range.is_some()) {
+                (true, true) => "key,label,offset,length",
+                (true, false) => "key,label",
+                (false, true) => "key,offset,length",
+                (false, false) => "key alone (as the first row)",
+            };
             return Err(bad(format!(
-                "expected {} ({want} fields) but found {}; quote a key that holds a comma",
-                if want == 4 {
-                    "key,label,offset,length"
-                } else {
-                    "key,label"
-                },
+                "expected {shape} ({want} fields) but found {}; quote a key that holds a comma",
                 fields.len()
             )));
         }
-        let (key, label) = (fields[columns.key], fields[columns.label]);
-        let label = label_of(label).map_err(bad)?;
+        let key = fields[columns.key];
+        let label = match columns.label {
+            Some(column) => label_of(fields[column]).map_err(bad)?,
+            None => Label::Absent,
+        };
         if let Some(problem) = loader_storage::key_problem(key) {
             return Err(bad(problem.to_owned()));
         }
@@ -402,13 +443,14 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
 /// Where a CSV manifest's fields are.
 struct Columns {
     key: usize,
-    label: usize,
+    /// `None`: the manifest gives no labels.
+    label: Option<usize>,
     /// (offset, length), for samples packed in larger files.
     range: Option<(usize, usize)>,
 }
 
-/// The columns if a row names them, as a header does: key (or path, file) and label (or
-/// class), in either order, and optionally offset and length, any case.
+/// The columns if a row names them, as a header does: key (or path, file), optionally
+/// label (or class), in any order, and optionally offset and length, any case.
 fn header_columns(fields: &[&str]) -> Option<Columns> {
     let find = |names: &[&str]| {
         let mut hits = fields
@@ -420,12 +462,12 @@ fn header_columns(fields: &[&str]) -> Option<Columns> {
         if hits.next().is_some() { None } else { first }
     };
     let key = find(&["key", "path", "file"])?;
-    let label = find(&["label", "class"])?;
+    let label = find(&["label", "class"]);
     let range = match (find(&["offset"]), find(&["length"])) {
         (Some(o), Some(l)) => Some((o, l)),
         _ => None,
     };
-    let named = 2 + if range.is_some() { 2 } else { 0 };
+    let named = 1 + usize::from(label.is_some()) + if range.is_some() { 2 } else { 0 };
     (fields.len() == named).then_some(Columns { key, label, range })
 }
 
@@ -457,7 +499,8 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
                 Ok(_) => Label::Name(s.clone()),
                 Err(why) => return Err(bad(why)),
             },
-            _ => return Err(bad("no integer or string \"label\"".into())),
+            None | Some(serde_json::Value::Null) => Label::Absent,
+            _ => return Err(bad("the \"label\" is not an integer or a string".into())),
         };
         if let Some(problem) = loader_storage::key_problem(&key) {
             return Err(bad(problem.to_owned()));
@@ -508,6 +551,54 @@ mod tests {
         .unwrap();
         assert!(d.classes().is_empty());
         assert_eq!(d.items()[0].label, 7);
+    }
+
+    #[test]
+    fn manifests_without_labels_label_nothing() {
+        let labels = |d: Dataset| d.items().iter().map(|i| i.label).collect::<Vec<_>>();
+        for (text, format) in [
+            ("a.npy\nb.npy\n", ManifestFormat::Csv),
+            ("key\na.npy\nb.npy\n", ManifestFormat::Csv),
+            (
+                "{\"key\":\"a.npy\"}\n{\"key\":\"b.npy\",\"label\":null}\n",
+                ManifestFormat::JsonLines,
+            ),
+        ] {
+            let d = Dataset::parse_manifest(text, format).unwrap();
+            assert_eq!(labels(d), [-1, -1], "{text}");
+        }
+        let d = Dataset::parse_manifest(
+            "path,offset,length\np.bin,0,4\np.bin,4,4\n",
+            ManifestFormat::Csv,
+        )
+        .unwrap();
+        assert_eq!(d.items()[1].range, Some(4..8));
+        // A label forgotten on some lines only is an error, not a sample labelled -1.
+        let err = |text, format| {
+            Dataset::parse_manifest(text, format)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("a.jpg\nb.jpg,3\n", ManifestFormat::Csv),
+            "line 2: expected key alone (as the first row) (1 fields) but found 2; quote a key \
+             that holds a comma: \"b.jpg,3\""
+        );
+        assert_eq!(
+            err(
+                "{\"key\":\"a\",\"label\":1}\n{\"key\":\"b\"}\n{\"key\":\"c\",\"label\":2}\n",
+                ManifestFormat::JsonLines
+            ),
+            "line 2: no label, but the other lines have one"
+        );
+        let classes = ["cat".to_owned()];
+        let err = Dataset::parse_manifest_with_classes("a.jpg\n", ManifestFormat::Csv, &classes)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no label, but the labels must be classes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -453,7 +453,8 @@ class DataLoader:
         storage_options: the store's settings, e.g. ``{"aws_endpoint": ...,
             "aws_region": ...}`` (otherwise the usual environment variables).
         manifest: a CSV (``key,label``) or JSON-lines key under the URL listing the samples,
-            instead of listing the store.
+            instead of listing the store; without labels (a ``key`` column alone) every
+            label is -1.
         rank, world_size: this process's share of every epoch (default: from
             torch.distributed's process group when it is initialised, else ``RANK`` and
             ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
