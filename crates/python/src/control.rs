@@ -1,13 +1,50 @@
 //! What the Python front end asks of a loader, whatever its sample and batch types: one
-//! object-safe trait, so `PyLoader` holds a loader of images or of parts alike.
+//! object-safe trait, so `PyLoader` holds a loader of images or of parts alike, and the
+//! batch both deliver.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use loader_core::{DataLoader, ItemError, LoaderState, Metrics};
+use loader_core::{Batch, DataLoader, HostTensor, ItemError, LoaderState, Metrics};
+use pyo3::prelude::*;
 
-use crate::parts::Delivered;
+/// One batch as the Python front end takes it over, from a loader of images or of parts.
+pub struct Delivered {
+    /// `[N, ...]` images, when the main part is an image.
+    pub images: Option<HostTensor>,
+    /// `[N]` i64 labels (the dataset's; -1 where a source has none).
+    pub labels: HostTensor,
+    /// Each sample's key.
+    pub keys: Vec<Arc<str>>,
+    /// Each sample's dataset index.
+    pub indices: Vec<u64>,
+    /// The epoch.
+    pub epoch: u64,
+    /// Samples skipped under `skip_errors`.
+    pub skipped: Vec<ItemError>,
+    /// Each sample's other fields, as the Python decoder returned them (loaders of parts).
+    pub decoded: Vec<Py<PyAny>>,
+    /// Where the batch starts in its epoch, for a loader of parts: Python batches the
+    /// decoded fields after the loader has moved past it, and rewinds here when that fails.
+    pub position: Option<u64>,
+}
+
+impl From<Batch> for Delivered {
+    fn from(batch: Batch) -> Self {
+        let t = batch.into_tensors();
+        Self {
+            images: Some(t.images),
+            labels: t.labels,
+            keys: t.keys,
+            indices: t.indices,
+            epoch: t.epoch,
+            skipped: t.skipped,
+            decoded: Vec::new(),
+            position: None,
+        }
+    }
+}
 
 /// What one wait for a batch ended with.
 pub enum Waited {

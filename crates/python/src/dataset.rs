@@ -102,6 +102,13 @@ impl PyDataset {
         counts
     }
 
+    /// Whether its source gives labels (a folder's classes, a manifest's label column,
+    /// shards' `.cls`); without, every label is -1.
+    #[getter]
+    fn labelled(&self) -> bool {
+        self.dataset.has_labels()
+    }
+
     /// Shards (0 for a dataset of one object per sample).
     #[getter]
     fn num_shards(&self) -> usize {

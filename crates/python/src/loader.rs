@@ -13,7 +13,7 @@ use loader_core::{
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::buffer::HostBuffer;
 use crate::control::{Control, Waited};
@@ -120,13 +120,14 @@ impl PyLoader {
 #[pymethods]
 impl PyLoader {
     /// See `loader_ml.DataLoader` for the settings: `options` holds the loader's options
-    /// by key (`LoaderOptions::set`), the transform comes apart. With `parts`, batches
-    /// also carry the bytes of each sample's members (and of its main part when
-    /// `main_image` is false: it is then not decoded, and no transform may be given).
+    /// by key (`LoaderOptions::set`), the transform comes apart. With `decode_fields`,
+    /// each sample's members (and its main part when `main_image` is false: it is then not
+    /// decoded, and no transform may be given) are decoded by that function on the
+    /// decode threads (see `parts::FieldDecoder`), and batches carry what it returned.
     #[new]
     #[pyo3(signature = (
         dataset, *, options, transform = None, steps = None, transform_fn = None,
-        parts = false, main_image = true, decode_fields = None,
+        main_image = true, decode_fields = None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keywords, one each
     fn new(
@@ -136,7 +137,6 @@ impl PyLoader {
         transform: Option<String>,
         steps: Option<String>,
         transform_fn: Option<Py<PyAny>>,
-        parts: bool,
         main_image: bool,
         decode_fields: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
@@ -175,6 +175,11 @@ impl PyLoader {
                 "give transform as a name, steps or a callable, one of them",
             ));
         }
+        if !main_image && decode_fields.is_none() {
+            return Err(config(
+                "samples whose main part is not an image need a decoder of their fields".into(),
+            ));
+        }
         if !main_image && (transform.is_some() || steps.is_some() || transform_fn.is_some()) {
             return Err(config(
                 "a transform runs on images: the main field of these samples is not one".into(),
@@ -182,7 +187,7 @@ impl PyLoader {
         }
         let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
         let fatal = transform::Fatal::default();
-        let loader: Box<dyn Control> = if parts {
+        let loader: Box<dyn Control> = if let Some(function) = decode_fields {
             let image: Option<parts::ImageStage> = match (main_image, transform_fn) {
                 (false, _) => None,
                 (true, Some(callable)) => Some(Arc::new(transform::python_stage(
@@ -198,10 +203,10 @@ impl PyLoader {
                     Ok(pipeline.run(&bytes, key)?)
                 })),
             };
-            let fields = decode_fields.map(|function| parts::FieldDecoder {
+            let fields = parts::FieldDecoder {
                 function,
                 fatal: fatal.clone(),
-            });
+            };
             let builder = builder
                 .map(parts::stage(image, fields), parts::collate_parts)
                 .weigh(parts::weight);
@@ -264,9 +269,9 @@ impl PyLoader {
     }
 
     /// The next batch of this epoch as `(images, labels, keys, indices, epoch, skipped,
-    /// columns, position)` (`images` is `None` when the main part is not an image;
-    /// `columns` holds the raw fields' bytes, one list per field; `position`, where the
-    /// batch starts in its epoch, for `rewind`, is `None` without raw fields), or `None` at the end of the epoch (the next call starts the next one). Waits with
+    /// decoded, position)` (`images` is `None` when the main part is not an image;
+    /// `decoded` holds each sample's decoded fields, empty without `decode_fields`;
+    /// `position`, where the batch starts in its epoch, for `rewind`, is `None` then too), or `None` at the end of the epoch (the next call starts the next one). Waits with
     /// the GIL released; Ctrl-C interrupts the wait.
     fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.check_process()?;
@@ -288,16 +293,7 @@ impl PyLoader {
                         Some(images) => Some(Bound::new(py, HostBuffer::new(images))?),
                         None => None,
                     };
-                    let columns = PyList::empty(py);
-                    for column in &batch.columns {
-                        let values: Vec<Bound<'_, PyBytes>> =
-                            column.iter().map(|b| PyBytes::new(py, b)).collect();
-                        columns.append(values)?;
-                    }
-                    if !batch.decoded.is_empty() {
-                        // Decoded on the decode threads: one tuple per sample.
-                        columns.append(batch.decoded)?;
-                    }
+
                     let tuple = (
                         images,
                         Bound::new(py, HostBuffer::new(batch.labels))?,
@@ -305,7 +301,7 @@ impl PyLoader {
                         batch.indices,
                         batch.epoch,
                         skipped,
-                        columns,
+                        batch.decoded,
                         batch.position,
                     )
                         .into_pyobject(py)?;

@@ -132,6 +132,10 @@ def test_a_manifest_of_arrays_with_labels(tmp_path: Path) -> None:
                                   fields="npy", output="numpy")
     (arrays,) = next(iter(loader))
     assert arrays.shape == (6, 2, 2) and loader.dataset[0] == ("a0.npy", -1)
+    # Asking it for labels it does not have is refused, not answered with -1s.
+    for fields in (None, ("npy", "cls")):
+        with pytest.raises(loader_ml.ConfigError, match="gives no labels"):
+            loader_ml.DataLoader(str(folder), manifest="unlabelled.csv", fields=fields)
 
 
 def test_field_batches_move_pickle_and_map_as_tuples(tmp_path: Path) -> None:
@@ -216,6 +220,14 @@ def test_a_batch_decode_cannot_read_stays_undelivered_in_the_state(tmp_path: Pat
     assert [k for batch in tolerant for k in batch.keys] == ["k4", "k5", "k6", "k7"]
     # Decoded on the decode threads, a member is a sample that fails as a bad image does:
     # under skip_errors it is skipped and reported.
+    # Batching in Python fails after the loader moved on: the batch is rewound too.
+    huge = loader_ml.DataLoader(url, batch_size=4, fields=("json", "cls"),
+                                decode={"json": lambda b: 2**70 if b == b"{bad" else 1})
+    it = iter(huge)
+    next(it)
+    with pytest.raises(loader_ml.DecodeError, match="could not be batched"):
+        next(it)
+    assert (huge.state_dict()["epoch"], huge.state_dict()["position"]) == (0, 4)
     skipping = loader_ml.DataLoader(url, batch_size=4, fields=("json", "cls"), skip_errors=2)
     batches = list(skipping)
     assert [k for batch in batches for k in batch.keys] == ["k0", "k1", "k2", "k3", "k4",

@@ -65,6 +65,8 @@ pub struct Dataset {
     chunk_spans: Arc<[Range<u64>]>,
     /// The objects read, as a listing or an index described them (size, version).
     objects: Arc<[ObjectMeta]>,
+    /// Its source gives no labels (each sample's is -1).
+    unlabelled: bool,
 }
 
 impl Dataset {
@@ -121,6 +123,7 @@ impl Dataset {
             chunk_of: chunk_of.into(),
             chunk_spans: spans.into(),
             objects: Arc::default(),
+            unlabelled: false,
         })
     }
 
@@ -130,6 +133,19 @@ impl Dataset {
     pub fn with_objects(mut self, objects: Vec<ObjectMeta>) -> Self {
         self.objects = objects.into();
         self
+    }
+
+    /// The same dataset, marked as one whose source gives no labels (each sample's label
+    /// is -1), so a front end can refuse to hand out labels it does not have.
+    pub fn without_labels(mut self) -> Self {
+        self.unlabelled = true;
+        self
+    }
+
+    /// Whether its source gives labels (a folder's classes, a manifest's label column,
+    /// shards' `.cls`), rather than none.
+    pub fn has_labels(&self) -> bool {
+        !self.unlabelled
     }
 
     /// The objects as the source saw them (empty for a manifest, which says nothing of them).

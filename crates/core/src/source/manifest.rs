@@ -22,9 +22,9 @@ pub enum ManifestFormat {
     /// byte range of its object). Without a label column (a header without one, or rows of
     /// a key alone) no sample has a label (each is labelled -1).
     Csv,
-    /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"`, with
-    /// optional `"offset"` and `"length"` for a byte range; with no `"label"` on any line,
-    /// no sample has one (each is labelled -1).
+    /// One JSON object per line: `{"key": "...", "label": 3}` or `"label": "cat"` (or
+    /// `"class"`), with optional `"offset"` and `"length"` for a byte range; with no label
+    /// on any line, no sample has one (each is labelled -1).
     JsonLines,
 }
 
@@ -165,6 +165,7 @@ impl Dataset {
             .enumerate()
             .map(|(i, c)| (c.as_str(), i as i64))
             .collect();
+        let unlabelled = lines.iter().all(|(_, _, l)| matches!(l, Label::Absent));
         let items = lines
             .iter()
             .map(|(_, key, label)| Item {
@@ -182,7 +183,12 @@ impl Dataset {
                 },
             })
             .collect();
-        Ok(Self::from_items(items, classes))
+        let dataset = Self::from_items(items, classes);
+        Ok(if unlabelled {
+            dataset.without_labels()
+        } else {
+            dataset
+        })
     }
 }
 
@@ -487,7 +493,18 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
             .and_then(|k| k.as_str())
             .ok_or_else(|| bad("no string \"key\"".into()))?
             .to_owned();
-        let label = match value.get("label") {
+        // "class" as a CSV header may say; a label under another name is not read as none.
+        let given = value.get("label").or_else(|| value.get("class"));
+        if given.is_none()
+            && let Some(other) = ["cls", "target", "labels", "y"]
+                .into_iter()
+                .find(|k| value.get(*k).is_some())
+        {
+            return Err(bad(format!(
+                "{other:?} is not a label key: name the label \"label\" (or \"class\")"
+            )));
+        }
+        let label = match given {
             Some(serde_json::Value::Number(n)) => Label::Int(n.as_i64().ok_or_else(|| {
                 bad(format!(
                     "label {n} is not an integer; manifest labels are class indices or class \
@@ -556,6 +573,12 @@ mod tests {
     #[test]
     fn manifests_without_labels_label_nothing() {
         let labels = |d: Dataset| d.items().iter().map(|i| i.label).collect::<Vec<_>>();
+        let d = Dataset::parse_manifest("{\"key\":\"a\",\"class\":3}\n", ManifestFormat::JsonLines)
+            .unwrap();
+        assert!(
+            d.has_labels() && d.items()[0].label == 3,
+            "\"class\" as CSV's header says"
+        );
         for (text, format) in [
             ("a.npy\nb.npy\n", ManifestFormat::Csv),
             ("key\na.npy\nb.npy\n", ManifestFormat::Csv),
@@ -565,6 +588,7 @@ mod tests {
             ),
         ] {
             let d = Dataset::parse_manifest(text, format).unwrap();
+            assert!(!d.has_labels(), "{text}");
             assert_eq!(labels(d), [-1, -1], "{text}");
         }
         let d = Dataset::parse_manifest(
@@ -590,6 +614,14 @@ mod tests {
                 ManifestFormat::JsonLines
             ),
             "line 2: no label, but the other lines have one"
+        );
+        // A label under a name that is not read is not "no label".
+        assert!(
+            err(
+                "{\"key\":\"a\",\"target\":0.5}\n",
+                ManifestFormat::JsonLines
+            )
+            .contains("\"target\" is not a label key"),
         );
         let classes = ["cat".to_owned()];
         let err = Dataset::parse_manifest_with_classes("a.jpg\n", ManifestFormat::Csv, &classes)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import numbers
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
 
@@ -18,8 +19,8 @@ from .errors import ConfigError, DecodeError
 Decoder = Union[str, Callable[[bytes], Any]]
 
 #: Suffixes of images: the first field's is decoded (and transformed) natively.
-IMAGE_SUFFIXES = frozenset(
-    {"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm", "pbm", "pnm"})
+IMAGE_SUFFIXES = frozenset({"jpg", "jpeg", "jpe", "jfif", "png", "webp", "bmp", "tif", "tiff",
+                            "ppm", "pgm", "pbm", "pnm"})
 #: Suffixes WebDataset decodes as integers (class labels, counts, ids).
 INT_SUFFIXES = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 _TEXT_SUFFIXES = frozenset({"txt", "text", "transcript"})
@@ -117,10 +118,25 @@ class Field:
                 f"batched: {e}", key=keys[0], cause=str(e)) from e
 
 
-def decode_sample(fields: tuple[Field, ...], parts: list[bytes], key: str) -> tuple[Any, ...]:
-    """One sample's raw fields decoded, each by its field's decoder: what the decode
-    threads call."""
-    return tuple(field.decode(data, key) for field, data in zip(fields, parts))
+def decode_sample(fields: tuple[Field, ...], parts: list[bytes],
+                  key: str) -> tuple[tuple[Any, ...], int]:
+    """One sample's raw fields decoded, each by its field's decoder, and the bytes the
+    values hold (for the loader's ``max_decoded_bytes``): what the decode threads call."""
+    values = tuple(field.decode(data, key) for field, data in zip(fields, parts))
+    return values, sum(_nbytes(v) for v in values)
+
+
+def _nbytes(value: Any) -> int:
+    """About what a decoded value holds: an array's buffer, bytes or text, else its own
+    size (a dict's contents are not walked: small metadata)."""
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(value, (bytes, bytearray, str)):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return sys.getsizeof(value)
 
 
 def _decoder_of(suffix: str, decode: Mapping[str, Decoder]) -> tuple[Decoder, bool]:

@@ -93,9 +93,10 @@ class Batch(tuple):
     @property
     def labels(self) -> Any:
         """The batch's labels: the second value (with ``fields=``, the first field that is
-        a label, ``.cls`` and the like; ``None`` when none is)."""
+        a label, ``.cls`` and the like; ``None`` when none is, or when a batch rebuilt from
+        its values alone has other than two)."""
         if self._names is None:
-            return self[1]
+            return self[1] if len(self) == 2 else None
         from .fields import INT_SUFFIXES
 
         for i, field in enumerate(self._names):
@@ -130,8 +131,8 @@ def _moved(value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``value.to(...)`` for a tensor, recursively for lists, tuples and dicts of them."""
     if hasattr(value, "to") and not isinstance(value, (list, tuple, dict)):
         return value.to(*args, **kwargs)
-    if isinstance(value, list):
-        return [_moved(v, args, kwargs) for v in value]
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(_moved(v, args, kwargs) for v in value)
     if isinstance(value, dict):
         return {k: _moved(v, args, kwargs) for k, v in value.items()}
     return value
@@ -515,7 +516,9 @@ class DataLoader:
             ``"bytes"``, ``"rgb8"``, ``"l8"``, ``"pil"``) or a function of the bytes, e.g.
             ``{"flac": lambda b: soundfile.read(io.BytesIO(b))}``. By default images
             other than the first field's are ``rgb8``, ``.cls``-like suffixes ``int``,
-            ``.txt`` text, ``.json`` JSON, ``.npy`` arrays (no pickles), the rest bytes.
+            ``.txt`` text, ``.json`` JSON, ``.npy`` arrays (no pickles), the rest bytes. A
+            loader that is pickled (``spawn``, ``as_iterable_dataset``) needs functions
+            pickle can name (module-level ``def``, not a lambda).
 
     Each ``iter()`` reads one epoch, as torch's DataLoader: iterating again reads the next
     one, also after a ``break`` or a loop that stopped after ``len(loader)`` batches; after
@@ -587,6 +590,11 @@ class DataLoader:
             planned = sample_fields.plan(fields or (), decode, sharded=False,
                                          transform=transform is not None)
             _check_extensions(dataset, planned[0])
+        if not dataset.labelled and (planned is None or any(f.label for f in planned)):
+            raise ConfigError(
+                f"{dataset.backend}: the manifest gives no labels, so batches of (images, "
+                "labels) or a label field would hold -1 for every sample; name the object "
+                "alone, e.g. fields='jpg' or fields='npy', or add a label column")
         self.dataset = dataset
         self._field_plan = planned
         name = steps = function = None
@@ -653,7 +661,7 @@ class DataLoader:
         self._native = _native.Loader(
             dataset, options=options, transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function,
-            parts=bool(raw_fields), main_image=planned is None or planned[0].native,
+            main_image=planned is None or planned[0].native,
             decode_fields=functools.partial(sample_fields.decode_sample, raw_fields)
             if raw_fields else None)
         _register_pytree(self._torch)
@@ -686,12 +694,12 @@ class DataLoader:
             if raw is None:
                 self._report_unreported_skips()
                 return
-            images, labels, keys, indices, epoch, skipped, columns, position = raw
+            images, labels, keys, indices, epoch, skipped, decoded, position = raw
             if self._field_plan is None:
                 values = [self._array(images), self._array(labels)]
             else:
                 try:
-                    values = self._field_values(images, labels, keys, columns)
+                    values = self._field_values(images, labels, keys, decoded)
                 except BaseException:
                     # The loader counted the batch as delivered; it was not: its state
                     # goes back before it, so a resume reads it again.
@@ -706,10 +714,9 @@ class DataLoader:
                         [f.name for f in self._field_plan])
 
     def _field_values(self, images: Any, labels: Any, keys: list[str],
-                      columns: list[list[bytes]]) -> list[Any]:
+                      decoded: list[tuple[Any, ...]]) -> list[Any]:
         """Each field's batch: natively decoded images and labels as they came, the other
         fields (decoded on the decode threads, one tuple per sample) collated here."""
-        decoded = columns[0] if columns else []
         values = []
         raw = 0
         for field in self._field_plan or ():

@@ -448,6 +448,12 @@ impl WebDataset {
 
     /// Items, labels and chunks from the shards' indexes.
     fn dataset(&self, store: &str, indexes: Vec<ShardIndex>) -> Result<Dataset> {
+        if self.image_suffixes.is_empty() || self.members.iter().flatten().any(Vec::is_empty) {
+            return Err(SourceError::Invalid(
+                "a WebDataset field names no member suffix (give e.g. \"jpg;png\" or \"json\")"
+                    .into(),
+            ));
+        }
         let mut items = Vec::new();
         let mut layouts = Vec::with_capacity(indexes.len());
         for index in &indexes {
@@ -473,7 +479,11 @@ impl WebDataset {
                 version: index.version.clone(),
             })
             .collect();
-        Ok(Dataset::from_shards(items, classes, layouts)?.with_objects(objects))
+        let dataset = Dataset::from_shards(items, classes, layouts)?.with_objects(objects);
+        Ok(match self.label {
+            LabelSource::None => dataset.without_labels(),
+            _ => dataset,
+        })
     }
 
     /// Consecutive samples in runs of at least `chunk_bytes`.
