@@ -414,7 +414,10 @@ fn fields_choose_the_main_member_and_carry_only_the_others_named() {
         )
         .build()
         .unwrap();
-    let batches: Vec<Vec<(i64, String)>> = loader.map(Result::unwrap).collect();
+    let batches: Vec<Vec<(i64, String)>> =
+        loader_testkit::watchdog::no_hang("an epoch of JSON-main samples", move || {
+            loader.map(Result::unwrap).collect()
+        });
     let want: Vec<(i64, String)> = (0..7).map(|i| (i, (i % 3).to_string())).collect();
     assert_eq!(batches, [want]);
 }
