@@ -23,26 +23,28 @@ impl Format {
     /// `pbm`, `pnm`: every format torchvision's ImageFolder lists. A caller that lists
     /// files can refuse the others up front instead of failing on each at read time.
     pub fn from_extension(extension: &str) -> Option<Format> {
-        const NAMES: [(&str, Format); 13] = [
-            ("jpg", Format::Jpeg),
-            ("jpeg", Format::Jpeg),
-            ("jpe", Format::Jpeg),
-            ("jfif", Format::Jpeg),
-            ("png", Format::Png),
-            ("webp", Format::WebP),
-            ("bmp", Format::Bmp),
-            ("tif", Format::Tiff),
-            ("tiff", Format::Tiff),
-            ("ppm", Format::Pnm),
-            ("pgm", Format::Pnm),
-            ("pbm", Format::Pnm),
-            ("pnm", Format::Pnm),
-        ];
-        NAMES
+        Self::EXTENSIONS
             .iter()
             .find(|(name, _)| name.eq_ignore_ascii_case(extension))
             .map(|(_, format)| *format)
     }
+
+    /// Every file extension this crate decodes (lowercase), with its format.
+    pub const EXTENSIONS: [(&'static str, Format); 13] = [
+        ("jpg", Format::Jpeg),
+        ("jpeg", Format::Jpeg),
+        ("jpe", Format::Jpeg),
+        ("jfif", Format::Jpeg),
+        ("png", Format::Png),
+        ("webp", Format::WebP),
+        ("bmp", Format::Bmp),
+        ("tif", Format::Tiff),
+        ("tiff", Format::Tiff),
+        ("ppm", Format::Pnm),
+        ("pgm", Format::Pnm),
+        ("pbm", Format::Pnm),
+        ("pnm", Format::Pnm),
+    ];
 
     /// The format the magic bytes announce, if any; file names are not trusted.
     pub fn sniff(bytes: &[u8]) -> Option<Format> {

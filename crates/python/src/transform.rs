@@ -49,6 +49,16 @@ pub fn pipeline(named: Option<&str>, steps: Option<&str>, seed: u64) -> PyResult
     }
 }
 
+/// The file extensions the native decoder reads (lowercase): the image suffixes of
+/// `loader_ml.fields`.
+#[pyfunction]
+pub fn image_suffixes() -> Vec<&'static str> {
+    loader_core::decoder::Format::EXTENSIONS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect()
+}
+
 /// The steps a spec may name, each with its fields in torchvision's positional order.
 #[pyfunction]
 pub fn transform_steps() -> Vec<(&'static str, Vec<&'static str>)> {

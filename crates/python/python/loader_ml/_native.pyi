@@ -46,6 +46,9 @@ class Dataset:
 def transform_steps() -> list[tuple[str, list[str]]]:
     """Every step a transform spec may name, with its fields in positional order."""
 
+def image_suffixes() -> list[str]:
+    """The file extensions the native decoder reads, lowercase."""
+
 def option_keys() -> list[tuple[str, str, str]]:
     """Every loader option: ``(key, default, doc)``."""
 

@@ -13,14 +13,15 @@ from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy
 
+from . import _native
 from .errors import ConfigError, DecodeError
 
 #: A decoder: a built-in name (see :data:`DECODERS`) or a function of the member's bytes.
 Decoder = Union[str, Callable[[bytes], Any]]
 
-#: Suffixes of images: the first field's is decoded (and transformed) natively.
-IMAGE_SUFFIXES = frozenset({"jpg", "jpeg", "jpe", "jfif", "png", "webp", "bmp", "tif", "tiff",
-                            "ppm", "pgm", "pbm", "pnm"})
+#: Suffixes of images, as the native decoder reads them: the first field's is decoded (and
+#: transformed) natively.
+IMAGE_SUFFIXES = frozenset(_native.image_suffixes())
 #: Suffixes WebDataset decodes as integers (class labels, counts, ids).
 INT_SUFFIXES = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 _TEXT_SUFFIXES = frozenset({"txt", "text", "transcript"})
