@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "epoch {epoch}: batch {:?}, labels {:?}",
                 batch.shape,
-                &batch.labels[..4]
+                batch.labels.as_i64().map(|l| &l[..l.len().min(4)])
             );
         }
     }

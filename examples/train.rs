@@ -38,8 +38,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let batch = batch?;
             let x = batch.ndarray_f32().ok_or("not an f32 batch")?;
             let x = x.to_shape((batch.len(), features))?;
+            let labels = batch.labels.as_i64().ok_or("labels are not classes")?;
             let logits = x.dot(&weights);
-            for (row, &label) in logits.axis_iter(Axis(0)).zip(&batch.labels) {
+            for (row, &label) in logits.axis_iter(Axis(0)).zip(labels) {
                 let predicted = row
                     .iter()
                     .enumerate()
@@ -49,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 total += 1;
             }
             // A perceptron step towards each sample's class.
-            for (sample, &label) in x.axis_iter(Axis(0)).zip(&batch.labels) {
+            for (sample, &label) in x.axis_iter(Axis(0)).zip(labels) {
                 let mut column = weights.column_mut(label as usize);
                 column.scaled_add(0.01, &sample);
             }

@@ -86,9 +86,25 @@ pub fn images_tensor(images: HostTensor, device: &Device) -> Result<Tensor<4>, D
     Ok(Tensor::from_data(data(of_rank(images, 4)?)?, device))
 }
 
-/// Labels as a burn int tensor on `device`, in the device's int type.
+/// Labels as a burn int tensor on `device`, in the device's int type. Labels that are not
+/// class indices (multi-hot or values, f32) are refused, not truncated to integers.
 pub fn targets_tensor(labels: HostTensor, device: &Device) -> Result<Tensor<1, Int>, DatasetError> {
+    if labels.dtype() != loader_core::DType::I64 {
+        return Err(DatasetError::new(Error::NotClasses {
+            dtype: labels.dtype(),
+            shape: labels.shape().to_vec(),
+        }));
+    }
     Ok(Tensor::from_data(data(of_rank(labels, 1)?)?, device))
+}
+
+/// A float tensor of `D` dimensions on `device`: e.g. multi-hot `[N, classes]` or values
+/// `[N]`/`[N, K]` labels of a multi-label or values manifest.
+pub fn float_tensor<const D: usize>(
+    values: HostTensor,
+    device: &Device,
+) -> Result<Tensor<D>, DatasetError> {
+    Ok(Tensor::from_data(data(of_rank(values, D)?)?, device))
 }
 
 /// The tensor if it has `rank` dimensions. The collate makes 4-D images and 1-D labels; a

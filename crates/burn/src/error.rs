@@ -24,6 +24,17 @@ pub enum Error {
         /// The shape the batch holds.
         shape: Vec<usize>,
     },
+    /// The labels are not class indices (multi-label or values), so they cannot be an
+    /// `ImageBatch`'s int targets.
+    #[error(
+        "the labels are {dtype} values of shape {shape:?} (a multi-label or values manifest), not class indices: ImageBatch's targets are class indices; convert batches with a Convert of your own that reads them with float_tensor"
+    )]
+    NotClasses {
+        /// Their element type.
+        dtype: loader_core::DType,
+        /// Their shape.
+        shape: Vec<usize>,
+    },
     /// An iterator of this loader is still alive.
     #[error(
         "an iterator of this loader is still alive: drop it before starting another epoch or taking the state"

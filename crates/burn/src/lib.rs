@@ -52,6 +52,6 @@ mod convert;
 mod error;
 mod loader;
 
-pub use convert::{Convert, ImageBatch, Images, images_tensor, targets_tensor};
+pub use convert::{Convert, ImageBatch, Images, float_tensor, images_tensor, targets_tensor};
 pub use error::Error;
 pub use loader::{BurnLoader, Recipe};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use burn_core::data::dataloader::DataLoader as _;
 use burn_core::data::dataloader::split::split_dataloader;
 use burn_tensor::{DType, Device};
-use loader_burn::{BurnLoader, Error, ImageBatch, images_tensor};
+use loader_burn::{BurnLoader, Error, ImageBatch, float_tensor, images_tensor, targets_tensor};
 use loader_core::storage::ErrorKind;
 use loader_core::{BatchData, DataLoader, Dataset, DynStorage, LoaderState, Pipeline, from_url};
 use loader_testkit::{DatasetSpec, HookedStore, S3Server, watchdog};
@@ -82,7 +82,10 @@ fn batches_equal_the_loaders_own_in_shape_type_and_value() {
         assert_eq!(pixels.as_slice::<f32>().unwrap(), theirs.as_f32().unwrap());
         assert_eq!(ours.targets.dims(), [theirs.len()]);
         let labels = ours.targets.into_data().convert::<i64>();
-        assert_eq!(labels.as_slice::<i64>().unwrap(), &theirs.labels[..]);
+        assert_eq!(
+            labels.as_slice::<i64>().unwrap(),
+            theirs.labels.as_i64().unwrap()
+        );
         assert_eq!((ours.indices, ours.keys), (theirs.indices, theirs.keys));
         assert_eq!(ours.epoch, 0);
         batches += 1;
@@ -330,4 +333,29 @@ fn to_device_makes_the_batches_on_that_device_from_a_loader_of_its_own() {
 /// A state's epoch and position, without its order stamp.
 fn at(state: LoaderState) -> (u64, u64) {
     (state.epoch, state.position)
+}
+
+/// Multi-hot or values labels (f32) are refused as ImageBatch's int targets, not truncated
+/// to integers; `float_tensor` takes them as they are.
+#[test]
+fn float_labels_are_refused_as_class_targets_and_read_as_floats() {
+    let device = Device::default();
+    let labels = || {
+        loader_core::HostTensor::f32(
+            loader_core::Buffer::from(vec![0.0f32, 1.0, 1.0, 0.5]),
+            vec![2, 2],
+        )
+        .unwrap()
+    };
+    let err = targets_tensor(labels(), &device).unwrap_err().to_string();
+    assert!(
+        err.contains("the labels are float32 values of shape [2, 2]")
+            && err.contains("float_tensor"),
+        "{err}"
+    );
+    let floats = float_tensor::<2>(labels(), &device).unwrap();
+    assert_eq!(
+        floats.into_data().as_slice::<f32>().unwrap(),
+        [0.0, 1.0, 1.0, 0.5]
+    );
 }

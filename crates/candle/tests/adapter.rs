@@ -78,7 +78,10 @@ fn batches_equal_the_loaders_own_in_shape_type_and_value() {
         );
         let pixels = ours.images.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert_eq!(pixels, theirs.as_f32().unwrap());
-        assert_eq!(ours.labels.to_vec1::<i64>().unwrap(), theirs.labels);
+        assert_eq!(
+            ours.labels.to_vec1::<i64>().unwrap(),
+            theirs.labels.as_i64().unwrap()
+        );
         assert_eq!((ours.indices, ours.keys), (theirs.indices, theirs.keys));
         batches += 1;
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::webdataset::{Progress, WebDataset};
-use loader_core::{Dataset, DynStorage};
+use loader_core::{Dataset, DynStorage, Manifest};
 
 use crate::Result;
 
@@ -32,7 +32,7 @@ pub fn indexing_bar(show: bool) -> (ProgressBar, Progress) {
 pub fn open_dataset(
     url: &str,
     store: &DynStorage,
-    manifest: Option<&str>,
+    manifest: Option<Manifest<'_>>,
     progress: bool,
 ) -> Result<Dataset> {
     let (bar, indexing) = indexing_bar(progress);

@@ -5,7 +5,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::storage::layer::CachePolicy;
 use loader_core::{
-    DataLoader, LoaderOptions, Pipeline, ShardOrder, StorageExt, from_url, store_url,
+    DataLoader, LabelKind, LoaderOptions, Manifest, Pipeline, ShardOrder, StorageExt, from_url,
+    store_url,
 };
 
 use crate::options::{LoaderArgs, fetch, option_value, parse_size, parse_store_options};
@@ -27,6 +28,10 @@ pub struct Args {
     /// A manifest key under the URL (CSV `key,label` or JSON lines) instead of listing.
     #[arg(long)]
     manifest: Option<String>,
+    /// How the manifest's labels are read: `class` (an index or a name), `multi` (several
+    /// classes per sample) or `values` (numbers).
+    #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = label_kind)]
+    labels: Option<LabelKind>,
     /// Store option as key=value (e.g. aws_endpoint=http://127.0.0.1:9000); repeatable.
     #[arg(long = "option", value_name = "KEY=VALUE")]
     options: Vec<String>,
@@ -125,7 +130,11 @@ pub fn main(args: Args) -> Result {
     let requests = store.metrics();
     let store = store.into_dyn();
     let store_name = store.name().to_owned();
-    let dataset = open_dataset(url, &store, args.manifest.as_deref(), !args.json)?;
+    let manifest = args.manifest.as_deref().map(|key| Manifest {
+        key,
+        labels: args.labels.unwrap_or_default(),
+    });
+    let dataset = open_dataset(url, &store, manifest, !args.json)?;
     eprintln!(
         "{} samples, {} classes at {}",
         dataset.len(),
@@ -254,4 +263,9 @@ pub fn main(args: Args) -> Result {
         }
     }
     Ok(())
+}
+
+/// A `--labels` value.
+fn label_kind(name: &str) -> std::result::Result<LabelKind, String> {
+    LabelKind::from_name(name).ok_or_else(|| format!("{name:?}: give class, multi or values"))
 }

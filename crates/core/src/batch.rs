@@ -1,4 +1,5 @@
-//! A batch: one contiguous buffer plus its shape, labels, indices and keys.
+//! A batch: one contiguous buffer plus its shape, labels, indices and keys; and the same
+//! taken apart into tensors for a foreign owner.
 
 use std::sync::Arc;
 
@@ -8,6 +9,8 @@ use loader_scheduler::{ItemError, RawBatch};
 use crate::Result;
 use crate::buffer::{Buffer, BufferPool, homed};
 use crate::error::CollateError;
+use crate::export::{HostTensor, Values};
+use crate::labels::labels_tensor;
 
 /// The values of a batch, in one contiguous buffer.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,8 +28,10 @@ pub struct Batch {
     pub data: BatchData,
     /// `[N, C, H, W]` for f32 tensors, `[N, H, W, C]` for u8 images.
     pub shape: [usize; 4],
-    /// Label of each sample.
-    pub labels: Vec<i64>,
+    /// The samples' labels: i64 `[N]` class indices (-1 where the source gives none), or
+    /// f32 multi-hot `[N, classes]`, values `[N]` or `[N, K]`, as [`labels_tensor`] makes
+    /// them from the dataset's kind of label.
+    pub labels: HostTensor,
     /// Dataset index of each sample.
     pub indices: Vec<u64>,
     /// Each sample's key: its object's, or its name within a shard (WebDataset's key).
@@ -95,7 +100,7 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
     let shape = raw.samples.first().map(|(_, s)| s.shape);
     let len = n * shape.map_or(0, |[a, b, c]| a * b * c);
     let is_u8 = matches!(raw.samples.first(), Some((_, s)) if matches!(s.data, SampleData::U8(_)));
-    let mut labels = Vec::with_capacity(n);
+    let labels = labels_tensor(raw.samples.iter().map(|(info, _)| info))?;
     let mut indices = Vec::with_capacity(n);
     let mut keys = Vec::with_capacity(n);
     let ((mut f32s, f32_home), (mut u8s, u8_home)) = if is_u8 {
@@ -128,7 +133,6 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
                 .into());
             }
         }
-        labels.push(info.label);
         indices.push(info.index);
         keys.push(info.name.unwrap_or(info.key));
     }
@@ -147,4 +151,74 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
         epoch: raw.epoch,
         skipped: raw.skipped,
     })
+}
+
+/// A [`Batch`] taken apart for a foreign owner: images and labels as [`HostTensor`]s, the
+/// rest as it was.
+#[derive(Debug)]
+pub struct BatchTensors {
+    /// `[N, C, H, W]` f32 tensors or `[N, H, W, C]` u8 images, as the batch held them.
+    pub images: HostTensor,
+    /// The labels: i64 `[N]` classes, or f32 as [`Batch::labels`] says.
+    pub labels: HostTensor,
+    /// Dataset index of each sample.
+    pub indices: Vec<u64>,
+    /// Each sample's key.
+    pub keys: Vec<Arc<str>>,
+    /// The epoch it belongs to.
+    pub epoch: u64,
+    /// Samples that failed and were skipped, with their errors.
+    pub skipped: Vec<ItemError>,
+}
+
+impl Batch {
+    /// The batch as [`HostTensor`]s, without copying its values; its buffer still goes back
+    /// to the loader when the images tensor is dropped.
+    pub fn into_tensors(self) -> BatchTensors {
+        let values = match self.data {
+            BatchData::F32(v) => Values::F32(v),
+            BatchData::U8(v) => Values::U8(v),
+        };
+        let images = HostTensor::shaped_or_flat(values, self.shape.to_vec());
+        BatchTensors {
+            images,
+            labels: self.labels,
+            indices: self.indices,
+            keys: self.keys,
+            epoch: self.epoch,
+            skipped: self.skipped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::export::DType;
+
+    #[test]
+    fn a_batch_hands_over_its_buffer_and_labels() {
+        let values: Vec<u8> = (0..2 * 2 * 2 * 3).map(|v| v as u8).collect();
+        let at = values.as_ptr();
+        let batch = Batch {
+            data: BatchData::U8(Buffer::from(values)),
+            shape: [2, 2, 2, 3],
+            labels: HostTensor::i64(Buffer::from(vec![4, 9]), vec![2]).unwrap(),
+            indices: vec![10, 11],
+            keys: vec!["a".into(), "b".into()],
+            epoch: 3,
+            skipped: Vec::new(),
+        };
+        let mut t = batch.into_tensors();
+        assert_eq!(t.images.as_bytes().as_ptr(), at, "no copy");
+        assert_eq!(t.images.as_bytes_mut().as_ptr(), at);
+        assert_eq!(
+            (t.images.shape(), t.images.dtype()),
+            (&[2, 2, 2, 3][..], DType::U8)
+        );
+        assert_eq!(t.labels.as_i64(), Some(&[4i64, 9][..]));
+        assert_eq!((t.labels.shape(), t.epoch), (&[2][..], 3));
+    }
 }

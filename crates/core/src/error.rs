@@ -71,6 +71,15 @@ pub enum CollateError {
         /// The first sample's.
         first: [usize; 3],
     },
+    /// A sample's label cannot join the batch's labels tensor (another kind, or another
+    /// size, than the batch's first).
+    #[error("{sample}: {why}")]
+    Labels {
+        /// The sample.
+        sample: String,
+        /// What does not fit.
+        why: String,
+    },
     /// u8 and f32 samples in one batch.
     #[error("{sample} mixes u8 and f32 output")]
     MixedOutput {

@@ -3,14 +3,10 @@
 //! A [`HostTensor`] is what such an owner needs to describe memory it does not own (DLPack
 //! and Python's buffer protocol ask the same): an element type, a shape, C-contiguous strides
 //! and the bytes, at an address that stays put for as long as the tensor lives. Dropping it
-//! hands a batch buffer back to its loader for a later batch, as dropping the [`Batch`]
+//! hands a batch buffer back to its loader for a later batch, as dropping the
+//! [`Batch`](crate::Batch)
 //! would, so a consumer that lets go of its tensors keeps the loader's buffer reuse.
 
-use std::sync::Arc;
-
-use loader_scheduler::ItemError;
-
-use crate::batch::{Batch, BatchData};
 use crate::buffer::Buffer;
 
 /// The element type of a [`HostTensor`].
@@ -61,7 +57,7 @@ impl std::fmt::Display for DType {
 }
 
 #[derive(Debug)]
-enum Values {
+pub(crate) enum Values {
     U8(Buffer<u8>),
     F32(Buffer<f32>),
     I64(Buffer<i64>),
@@ -103,6 +99,20 @@ impl HostTensor {
     pub fn f32(values: Buffer<f32>, shape: Vec<usize>) -> Result<Self, ShapeError> {
         let len = values.len();
         Self::checked(Values::F32(values), len, shape)
+    }
+
+    /// `f32` or `u8` values in `shape`, or flat when `shape` does not hold them: a batch
+    /// made by hand may disagree with its buffer, and keeps its values rather than a shape
+    /// that overstates them.
+    pub(crate) fn shaped_or_flat(values: Values, shape: Vec<usize>) -> Self {
+        let len = match &values {
+            Values::U8(v) => v.len(),
+            Values::F32(v) => v.len(),
+            Values::I64(v) => v.len(),
+        };
+        let holds = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) == Some(len);
+        let shape = if holds { shape } else { vec![len] };
+        Self { values, shape }
     }
 
     /// `i64` values in `shape`.
@@ -221,57 +231,6 @@ impl AsRef<[u8]> for HostTensor {
     }
 }
 
-/// A [`Batch`] taken apart for a foreign owner: images and labels as [`HostTensor`]s, the
-/// rest as it was.
-#[derive(Debug)]
-pub struct BatchTensors {
-    /// `[N, C, H, W]` f32 tensors or `[N, H, W, C]` u8 images, as the batch held them.
-    pub images: HostTensor,
-    /// `[N]` i64 labels.
-    pub labels: HostTensor,
-    /// Dataset index of each sample.
-    pub indices: Vec<u64>,
-    /// Each sample's key.
-    pub keys: Vec<Arc<str>>,
-    /// The epoch it belongs to.
-    pub epoch: u64,
-    /// Samples that failed and were skipped, with their errors.
-    pub skipped: Vec<ItemError>,
-}
-
-impl Batch {
-    /// The batch as [`HostTensor`]s, without copying its values; its buffer still goes back
-    /// to the loader when the images tensor is dropped.
-    pub fn into_tensors(self) -> BatchTensors {
-        let n = self.labels.len();
-        let values = match self.data {
-            BatchData::F32(v) => Values::F32(v),
-            BatchData::U8(v) => Values::U8(v),
-        };
-        let mut images = HostTensor {
-            values,
-            shape: self.shape.to_vec(),
-        };
-        // The collate makes shape and buffer together, so they agree; a hand-made batch
-        // whose do not keeps its values, flat, rather than a shape that overstates them.
-        if images.shape.iter().product::<usize>() != images.len() {
-            images.shape = vec![images.len()];
-        }
-        let labels = HostTensor {
-            values: Values::I64(Buffer::from(self.labels)),
-            shape: vec![n],
-        };
-        BatchTensors {
-            images,
-            labels,
-            indices: self.indices,
-            keys: self.keys,
-            epoch: self.epoch,
-            skipped: self.skipped,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -295,29 +254,5 @@ mod tests {
                 .is_empty()
         );
         assert!(HostTensor::u8(Buffer::from(vec![0u8]), vec![usize::MAX, 2]).is_err());
-    }
-
-    #[test]
-    fn a_batch_hands_over_its_buffer_and_labels() {
-        let values: Vec<u8> = (0..2 * 2 * 2 * 3).map(|v| v as u8).collect();
-        let at = values.as_ptr();
-        let batch = Batch {
-            data: BatchData::U8(Buffer::from(values)),
-            shape: [2, 2, 2, 3],
-            labels: vec![4, 9],
-            indices: vec![10, 11],
-            keys: vec!["a".into(), "b".into()],
-            epoch: 3,
-            skipped: Vec::new(),
-        };
-        let mut t = batch.into_tensors();
-        assert_eq!(t.images.as_bytes().as_ptr(), at, "no copy");
-        assert_eq!(t.images.as_bytes_mut().as_ptr(), at);
-        assert_eq!(
-            (t.images.shape(), t.images.dtype()),
-            (&[2, 2, 2, 3][..], DType::U8)
-        );
-        assert_eq!(t.labels.as_i64(), Some(&[4i64, 9][..]));
-        assert_eq!((t.labels.shape(), t.epoch), (&[2][..], 3));
     }
 }

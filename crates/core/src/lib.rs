@@ -61,6 +61,7 @@ mod buffer;
 mod builder;
 mod error;
 mod export;
+mod labels;
 mod loader;
 mod options;
 mod plan;
@@ -68,18 +69,20 @@ mod source;
 mod stage;
 mod state;
 
-pub use batch::{Batch, BatchData, collate};
+pub use batch::{Batch, BatchData, BatchTensors, collate};
 pub use buffer::Buffer;
 pub use builder::DataLoaderBuilder;
 pub use error::{CollateError, ConfigError, Error, OptionError, Result, StateError};
-pub use export::{BatchTensors, DType, HostTensor, HostVec, ShapeError};
+pub use export::{DType, HostTensor, HostVec, ShapeError};
+pub use labels::labels_tensor;
 pub use loader::DataLoader;
 pub use options::{
     CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, OptionKey, OptionValue,
     ShardOrder, StorageOptions,
 };
 pub use source::{
-    Dataset, IMAGE_EXTENSIONS, Item, ManifestFormat, Member, ShardLayout, SourceError,
+    Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member, ShardLayout,
+    SourceError,
 };
 pub use source::{store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
@@ -88,7 +91,7 @@ pub use state::{LoaderState, OrderStamp, SamplerKind};
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};
 pub use loader_scheduler::{
-    self as scheduler, ErrorPolicy, Fetch, Hedge, ItemError, LimitReason, Metrics, Order, RawBatch,
-    SampleInfo, StageError, Summary, Trace,
+    self as scheduler, ClassSet, ErrorPolicy, Fetch, Hedge, ItemError, Label, LimitReason, Metrics,
+    Order, RawBatch, SampleInfo, StageError, Summary, Trace,
 };
 pub use loader_storage::{self as storage, DynStorage, Storage, StorageExt, from_url};

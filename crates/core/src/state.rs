@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Dataset;
 use crate::error::StateError;
+use loader_scheduler::Label;
 
 /// Where a loader stands: the epoch, and how many of its items were delivered (skipped
 /// items count as delivered: they were reported), with the stamp of the order they were
@@ -157,6 +158,31 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// A label's part of the dataset hash: a class (or none, -1) as the eight bytes it always
+/// was, so states saved before labels had other kinds still resume; the other kinds tagged.
+fn hash_label(hasher: &mut xxhash_rust::xxh3::Xxh3, label: &Label) {
+    match label {
+        Label::None => hasher.update(&(-1i64).to_le_bytes()),
+        Label::Class(c) => hasher.update(&c.to_le_bytes()),
+        Label::Classes(set) => {
+            hasher.update(b"classes");
+            hasher.update(&set.of.to_le_bytes());
+            set.indices
+                .iter()
+                .for_each(|i| hasher.update(&i.to_le_bytes()));
+        }
+        Label::Value(v) => {
+            hasher.update(b"value");
+            hasher.update(&v.to_le_bytes());
+        }
+        Label::Values(v) => {
+            hasher.update(b"values");
+            hasher.update(&(v.len() as u64).to_le_bytes());
+            v.iter().for_each(|x| hasher.update(&x.to_le_bytes()));
+        }
+    }
+}
+
 /// The dataset's part of a stamp: a hash of each sample's object, range and label.
 pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
@@ -171,7 +197,7 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
             hasher.update(&range.start.to_le_bytes());
             hasher.update(&range.end.to_le_bytes());
         }
-        hasher.update(&item.label.to_le_bytes());
+        hash_label(&mut hasher, &item.label);
     }
     hasher.digest()
 }

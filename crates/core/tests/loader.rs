@@ -9,8 +9,8 @@ use std::time::Duration;
 use loader_core::sampler::{BatchSampler, RandomSampler};
 use loader_core::storage::layer::FaultConfig;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, LoaderState, Order, Pipeline,
-    Sampler, StorageExt, from_url,
+    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, LabelKind, LoaderState, Order,
+    Pipeline, Sampler, StorageExt, from_url,
 };
 use loader_testkit::watchdog::within;
 use loader_testkit::{DatasetSpec, S3Server};
@@ -72,7 +72,12 @@ fn run(loader: &mut DataLoader, epochs: usize) -> Vec<(u64, u64, i64, u32)> {
             let per = batch.shape[1..].iter().product::<usize>();
             let values = batch.as_f32().unwrap();
             assert_eq!(values.len(), batch.len() * per);
-            for (i, (&index, &label)) in batch.indices.iter().zip(&batch.labels).enumerate() {
+            for (i, (&index, &label)) in batch
+                .indices
+                .iter()
+                .zip(batch.labels.as_i64().unwrap())
+                .enumerate()
+            {
                 out.push((batch.epoch, index, label, values[i * per].to_bits()));
             }
         }
@@ -116,7 +121,7 @@ fn every_strategy_delivers_each_sampled_index_once_in_order_with_its_label() {
         }
         for &(_, index, label, _) in &delivered {
             let item = f.dataset.get(index as usize).unwrap();
-            assert_eq!(label, item.label);
+            assert_eq!(item.label, label);
             assert!(
                 item.key.starts_with(&format!("class_{label:03}/")),
                 "{}",
@@ -168,9 +173,11 @@ fn a_batch_handed_over_as_tensors_keeps_its_values_and_returns_its_buffer() {
         .build()
         .unwrap();
     let batch = loader.next().unwrap().unwrap();
-    let (values, labels, at) = (batch.as_f32().unwrap().to_vec(), batch.labels.clone(), {
-        batch.as_f32().unwrap().as_ptr() as usize
-    });
+    let (values, labels, at) = (
+        batch.as_f32().unwrap().to_vec(),
+        batch.labels.as_i64().unwrap().to_vec(),
+        { batch.as_f32().unwrap().as_ptr() as usize },
+    );
     let tensors = batch.into_tensors();
     assert_eq!(
         tensors.images.as_bytes().as_ptr() as usize,
@@ -363,7 +370,7 @@ proptest! {
         for batch in (&mut first).take(cut) {
             let batch = batch.unwrap();
             let per = batch.shape[1..].iter().product::<usize>();
-            for (i, (&index, &label)) in batch.indices.iter().zip(&batch.labels).enumerate() {
+            for (i, (&index, &label)) in batch.indices.iter().zip(batch.labels.as_i64().unwrap()).enumerate() {
                 got.push((batch.epoch, index, label, batch.as_f32().unwrap()[i * per].to_bits()));
             }
         }
@@ -429,7 +436,11 @@ fn image_folder_follows_torchvision() {
     let store = from_url(&root.to_string_lossy(), Vec::<(String, String)>::new()).unwrap();
     let dataset = Dataset::image_folder_blocking(&*store).unwrap();
     assert_eq!(dataset.classes(), ["a_cats", "b_dogs"]);
-    let items: Vec<(&str, i64)> = dataset.items().iter().map(|i| (&*i.key, i.label)).collect();
+    let items: Vec<(&str, i64)> = dataset
+        .items()
+        .iter()
+        .map(|i| (&*i.key, i.label.class().unwrap_or(-1)))
+        .collect();
     assert_eq!(
         items,
         [
@@ -574,4 +585,87 @@ fn to_epoch_start_drops_the_rest_of_an_epoch_but_keeps_a_finished_one() {
 /// A state's epoch and position, without its order stamp.
 fn at(state: LoaderState) -> (u64, u64) {
     (state.epoch, state.position)
+}
+
+/// Multi-label and values manifests over the test kit's S3 server: each shuffled batch's
+/// labels tensor holds each sample's own row (multi-hot, or its numbers), as torch's
+/// default collate would stack them, in two shuffled epochs.
+#[test]
+fn multi_label_and_values_manifests_batch_each_samples_own_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = DatasetSpec::tiny(23, 3)
+        .write(&dir.path().join("data"))
+        .unwrap();
+    // Sample i: the classes named c{i % 5} and c{(i + 2) % 5}; the values [i / 10, -i].
+    let mut multi = String::new();
+    let mut values = String::new();
+    for (i, item) in items.iter().enumerate() {
+        multi.push_str(&format!(
+            "{{\"key\":\"{}\",\"label\":[\"c{}\",\"c{}\"]}}\n",
+            item.key,
+            i % 5,
+            (i + 2) % 5
+        ));
+        values.push_str(&format!(
+            "{},{} {}\n",
+            item.key,
+            i as f32 / 10.0,
+            -(i as f32)
+        ));
+    }
+    std::fs::write(dir.path().join("data/multi.jsonl"), multi).unwrap();
+    std::fs::write(dir.path().join("data/values.csv"), values).unwrap();
+    let server = S3Server::start(dir.path()).unwrap();
+    let store = from_url("s3://data", server.options()).unwrap();
+    let read = |key: &str, kind| Dataset::manifest_as_blocking(&*store, key, kind, None).unwrap();
+    let multi = read("multi.jsonl", LabelKind::MultiLabel);
+    let values = read("values.csv", LabelKind::Values);
+    assert_eq!(multi.classes(), ["c0", "c1", "c2", "c3", "c4"]);
+    for (dataset, width) in [(multi, 5usize), (values, 2)] {
+        let expected = |index: u64| -> Vec<f32> {
+            let i = index as usize;
+            if width == 5 {
+                let mut row = vec![0.0; 5];
+                row[i % 5] = 1.0;
+                row[(i + 2) % 5] = 1.0;
+                row
+            } else {
+                vec![i as f32 / 10.0, -(i as f32)]
+            }
+        };
+        let mut loader = DataLoader::builder(Arc::clone(&store), dataset)
+            .transform(small())
+            .batch_size(4)
+            .shuffle(true)
+            .seed(3)
+            .build()
+            .unwrap();
+        let epochs = within(HANG_LIMIT * 4, "two epochs", move || {
+            (0..2)
+                .map(|epoch| {
+                    loader.set_epoch(epoch);
+                    let mut rows = Vec::new();
+                    for batch in &mut loader {
+                        let batch = batch.unwrap();
+                        assert_eq!(batch.labels.shape(), [batch.len(), width]);
+                        let values = batch.labels.as_f32().unwrap().chunks(width);
+                        rows.extend(
+                            batch
+                                .indices
+                                .iter()
+                                .copied()
+                                .zip(values.map(<[f32]>::to_vec)),
+                        );
+                    }
+                    rows
+                })
+                .collect::<Vec<_>>()
+        });
+        for rows in epochs {
+            assert_eq!(rows.len(), 23);
+            for (index, row) in rows {
+                assert_eq!(row, expected(index), "sample {index}");
+            }
+        }
+    }
 }

@@ -31,7 +31,7 @@ fn credentials_appear_in_no_debug_display_error_metric_or_trace() {
     let mut items: Vec<(String, i64)> = dataset
         .items()
         .iter()
-        .map(|i| (i.key.to_string(), i.label))
+        .map(|i| (i.key.to_string(), i.label.class().unwrap_or(-1)))
         .collect();
     items.push(("class_000/missing.jpg".into(), 0));
     let trace = Arc::new(Trace::new());

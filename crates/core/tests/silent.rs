@@ -335,7 +335,12 @@ fn a_stale_sidecar_is_not_trusted_over_http() {
         &index.to_json(),
     )
     .unwrap();
-    let labels = |d: &Dataset| d.items().iter().map(|i| i.label).collect::<Vec<_>>();
+    let labels = |d: &Dataset| {
+        d.items()
+            .iter()
+            .map(|i| i.label.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         labels(
             &wds.load_blocking(&store, std::slice::from_ref(&shard))

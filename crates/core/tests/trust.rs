@@ -78,7 +78,7 @@ fn checked(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilde
                 samples: raw
                     .samples
                     .iter()
-                    .map(|(info, _)| (info.index, info.label))
+                    .map(|(info, _)| (info.index, info.label.class().unwrap_or(-1)))
                     .collect(),
                 skipped: raw
                     .skipped

@@ -106,7 +106,7 @@ fn labelled(store: DynStorage, dataset: Dataset) -> DataLoaderBuilder<u64, Vec<(
             assert_eq!(&bytes[bytes.len() - 2..], &[0xFF, 0xD9], "{info}");
             assert_eq!(
                 info.member("cls").map(|b| b.to_vec()),
-                Some(info.label.to_string().into_bytes())
+                info.label.class().map(|c| c.to_string().into_bytes())
             );
             Ok(info.index)
         },
@@ -114,7 +114,7 @@ fn labelled(store: DynStorage, dataset: Dataset) -> DataLoaderBuilder<u64, Vec<(
             Ok(raw
                 .samples
                 .iter()
-                .map(|(i, _)| (i.index, i.label))
+                .map(|(i, _)| (i.index, i.label.class().unwrap_or(-1)))
                 .collect())
         },
     )

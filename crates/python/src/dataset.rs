@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use loader_core::webdataset::WebDataset;
-use loader_core::{Dataset, DynStorage, from_url, store_url};
+use loader_core::{Dataset, DynStorage, Label, LabelKind, Manifest, from_url, store_url};
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 
@@ -12,10 +12,12 @@ use crate::errors;
 /// A dataset at a URL: an ImageFolder, WebDataset shards, or a manifest's list. Listing
 /// (and indexing shards) happens once, here; loaders made from it share it.
 ///
-/// `Dataset(url, *, manifest=None, storage_options=None)`: `url` is `s3://bucket/prefix`,
-/// `http(s)://...`, `file:///dir` or a path, or shards as
+/// `Dataset(url, *, manifest=None, labels=None, storage_options=None, fields=None)`: `url` is
+/// `s3://bucket/prefix`, `http(s)://...`, `file:///dir` or a path, or shards as
 /// `s3://bucket/train-{000000..000127}.tar`; `manifest` a CSV (`key,label`) or JSON-lines key
-/// under it, read instead of listing; `storage_options` the store's settings (e.g.
+/// under it, read instead of listing; `labels` how its labels are read: `"class"` (the
+/// default: an index or a name), `"multi"` (several classes, batched multi-hot float32
+/// `[N, classes]`) or `"values"` (numbers, batched float32 `[N]` or `[N, K]`); `storage_options` the store's settings (e.g.
 /// `aws_endpoint`, `aws_region`); `fields` the members of each WebDataset sample, as
 /// `to_tuple` names them (`("npy", "json")`; the first is the main one). `len(ds)`,
 /// `ds.classes`, `ds[i] == (key, label)`.
@@ -34,22 +36,41 @@ impl PyDataset {
     /// `key,label` or JSON-lines key under the URL) instead of listing when given.
     /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
     #[new]
-    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None))]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None))]
     fn new(
         py: Python<'_>,
         url: String,
         manifest: Option<String>,
         storage_options: Option<HashMap<String, String>>,
         fields: Option<Vec<String>>,
+        labels: Option<String>,
     ) -> PyResult<Self> {
         let options = storage_options.unwrap_or_default();
+        let kind = match labels.as_deref() {
+            None => LabelKind::Class,
+            Some(_) if manifest.is_none() => {
+                return Err(errors::config(
+                    "labels= says how a manifest's labels are read: give manifest= too (a \
+                     folder's labels are its classes, shards' their .cls members)",
+                ));
+            }
+            Some(name) => LabelKind::from_name(name).ok_or_else(|| {
+                errors::config(format!(
+                    "labels={name:?}: give \"class\" (an index or a name per sample), \
+                     \"multi\" (several classes per sample) or \"values\" (numbers)"
+                ))
+            })?,
+        };
         let shards = match &fields {
             Some(fields) => WebDataset::new().fields(fields),
             None => WebDataset::new(),
         };
         let opened = py.detach(|| -> loader_core::Result<(DynStorage, Dataset)> {
             let store = from_url(&store_url(&url)?, options)?;
-            let dataset = Dataset::open_blocking(&url, &store, manifest.as_deref(), &shards)?;
+            let manifest = manifest
+                .as_deref()
+                .map(|key| Manifest { key, labels: kind });
+            let dataset = Dataset::open_blocking(&url, &store, manifest, &shards)?;
             Ok((store, dataset))
         });
         match opened {
@@ -109,6 +130,17 @@ impl PyDataset {
         self.dataset.has_labels()
     }
 
+    /// What its labels are: `"class"` (an index, -1 for none), `"multi"` (sets of classes)
+    /// or `"values"` (numbers), as batches hold them.
+    #[getter]
+    fn label_kind(&self) -> &'static str {
+        match self.dataset.items().first().map(|i| &i.label) {
+            Some(Label::Classes(_)) => "multi",
+            Some(Label::Value(_) | Label::Values(_)) => "values",
+            _ => "class",
+        }
+    }
+
     /// Shards (0 for a dataset of one object per sample).
     #[getter]
     fn num_shards(&self) -> usize {
@@ -116,8 +148,13 @@ impl PyDataset {
     }
 
     /// Sample `index` as `(key, label)`; the key is the object's, or the sample's name
-    /// within its shard.
-    fn __getitem__(&self, index: isize) -> PyResult<(String, i64)> {
+    /// within its shard; the label an int (-1 for none), a float, a list of floats, or for
+    /// multi-label a list of class indices.
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        index: isize,
+    ) -> PyResult<(String, Bound<'py, PyAny>)> {
         let len = self.dataset.len() as isize;
         let at = if index < 0 { index + len } else { index };
         let item = usize::try_from(at)
@@ -125,7 +162,14 @@ impl PyDataset {
             .and_then(|i| self.dataset.get(i))
             .ok_or_else(|| PyIndexError::new_err(format!("index {index} of {len} samples")))?;
         let key = item.name.as_deref().unwrap_or(&item.key).to_owned();
-        Ok((key, item.label))
+        let label = match &item.label {
+            Label::None => (-1i64).into_pyobject(py)?.into_any(),
+            Label::Class(c) => c.into_pyobject(py)?.into_any(),
+            Label::Value(v) => v.into_pyobject(py)?.into_any(),
+            Label::Values(v) => v.to_vec().into_pyobject(py)?.into_any(),
+            Label::Classes(set) => set.indices.to_vec().into_pyobject(py)?.into_any(),
+        };
+        Ok((key, label))
     }
 
     fn __repr__(&self) -> String {

@@ -5,10 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use loader_core::{
-    Buffer, HostTensor, RawBatch, Sample, SampleInfo, SourceError, StageError, collate,
-    sample_bytes,
-};
+use loader_core::{RawBatch, Sample, SampleInfo, StageError, collate, labels_tensor, sample_bytes};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -101,19 +98,13 @@ pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
         ..
     } = raw;
     let n = samples.len();
-    let (mut labels, mut keys, mut indices) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
+    let labels = labels_tensor(samples.iter().map(|(info, _)| info))?;
+    let (mut keys, mut indices) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (info, parts) in samples {
         decoded.push(parts.decoded);
-        labels.push(info.label);
         indices.push(info.index);
         keys.push(info.name.unwrap_or(info.key));
     }
-    let labels = HostTensor::i64(Buffer::from(labels), vec![n])
-        .map_err(|e| loader_core::Error::Dataset(SourceError::Invalid(e.to_string())))?;
     Ok(Delivered {
         images: None,
         labels,

@@ -17,6 +17,7 @@ import webdataset as wds
 from PIL import Image
 
 import loader_ml
+from conftest import image
 
 SAMPLES = 10
 
@@ -266,3 +267,62 @@ def test_fields_a_dataset_does_not_hold_are_refused_when_made(tmp_path: Path) ->
         loader_ml.DataLoader(str(folder.parent), fields=("jpg", "cls"))
     loader = loader_ml.DataLoader(str(folder.parent), fields=("jpg;png", "cls"), output="numpy")
     assert next(iter(loader))[0].shape == (1, 4, 4, 3)
+
+
+def test_multi_label_and_values_manifests_batch_as_torch_collates_them(
+        tmp_path: Path) -> None:
+    """Labels that are not classes: multi-hot rows for several classes per sample (ready
+    for BCEWithLogitsLoss), float rows for numbers, each the sample's own, as torch's
+    default_collate stacks the per-sample tensors a map-style Dataset would return."""
+    import csv
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    names = ["cat", "dog", "person", "tree"]
+    sets = [[(i + k) % 4 for k in range(1 + i % 3)] for i in range(10)]
+    for i in range(10):
+        image(i % 4, i).save(folder / f"p{i}.png")
+    with open(folder / "multi.csv", "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["path", "label"])
+        for i, classes in enumerate(sets):
+            writer.writerow([f"p{i}.png", " ".join(names[c] for c in classes)])
+    targets = [[i / 4, 1.0 - i, float(i % 2)] for i in range(10)]
+    with open(folder / "values.jsonl", "w") as out:
+        for i, target in enumerate(targets):
+            out.write(json.dumps({"key": f"p{i}.png", "label": target}) + "\n")
+
+    def reference(kind: str, index: int) -> torch.Tensor:
+        if kind == "multi":
+            hot = torch.nn.functional.one_hot(torch.tensor(sets[index]), len(names))
+            return hot.sum(0).clamp(max=1).float()
+        return torch.tensor(targets[index], dtype=torch.float32)
+
+    steps = [("Resize", 8), ("CenterCrop", 8), "ToTensor"]
+    for kind, manifest in (("multi", "multi.csv"), ("values", "values.jsonl")):
+        loader = loader_ml.DataLoader(str(folder), manifest=manifest, labels=kind,
+                                      batch_size=4, shuffle=True, seed=1, transform=steps)
+        assert loader.dataset.label_kind == kind
+        if kind == "multi":
+            assert loader.dataset.classes == names  # sorted names, as for classes
+        seen = []
+        loader = pickle.loads(pickle.dumps(loader))  # its settings keep the label kind
+        for batch in loader:
+            _, labels = batch
+            expected = torch.utils.data.default_collate(
+                [reference(kind, int(key[1:-4])) for key in batch.keys])
+            assert labels.dtype == torch.float32 and labels.shape == expected.shape
+            torch.testing.assert_close(labels, expected, rtol=0, atol=0)
+            seen += batch.keys
+            if kind == "multi":
+                loss = torch.nn.BCEWithLogitsLoss()(torch.zeros_like(labels), labels)
+                assert torch.isfinite(loss)
+        assert sorted(seen) == sorted(f"p{i}.png" for i in range(10))
+    # The kind is said, never guessed; lists under class labels say which kind reads them.
+    (folder / "lists.jsonl").write_text('{"key": "p0.png", "label": [0, 2]}\n')
+    with pytest.raises(loader_ml.ConfigError, match='labels="multi"'):
+        loader_ml.Dataset(str(folder), manifest="lists.jsonl")
+    with pytest.raises(loader_ml.ConfigError, match="give manifest= too"):
+        loader_ml.Dataset(str(folder), labels="multi")
+    with pytest.raises(loader_ml.ConfigError, match='"class".*"multi".*"values"'):
+        loader_ml.Dataset(str(folder), manifest="multi.csv", labels="floats")

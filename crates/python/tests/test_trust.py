@@ -270,12 +270,15 @@ def test_mp_spawn_ranks_come_from_the_process_group(data_root: Path, tmp_path: P
 # Defect 4 -------------------------------------------------------------------------------
 
 
-def test_float_labels_in_a_manifest_are_refused(tmp_path: Path) -> None:
+def test_float_labels_in_a_manifest_are_refused_as_classes(tmp_path: Path) -> None:
     (tmp_path / "a.jpg").write_bytes(jpeg(0, 0))
     (tmp_path / "b.jpg").write_bytes(jpeg(1, 0))
     (tmp_path / "m.csv").write_text("key,label\na.jpg,0.5\nb.jpg,1.0\n")
-    with pytest.raises(loader_ml.ConfigError, match="not an integer"):
+    with pytest.raises(loader_ml.ConfigError, match='not an integer.*labels="values"'):
         loader_ml.Dataset(str(tmp_path), manifest="m.csv")
+    # Said to be values, they are read as numbers.
+    dataset = loader_ml.Dataset(str(tmp_path), manifest="m.csv", labels="values")
+    assert (dataset[0], dataset.label_kind) == (("a.jpg", 0.5), "values")
 
 
 # Defect 5 -------------------------------------------------------------------------------

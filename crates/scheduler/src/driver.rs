@@ -374,7 +374,7 @@ fn job(plan: &BatchPlan, i: usize, seq: u64, kept: &mut KeptChunks) -> Job {
         key: Arc::clone(&item.key),
         range: item.range.clone(),
         name: item.name.clone(),
-        label: item.label,
+        label: item.label.clone(),
         epoch: plan.epoch,
         position: plan.position + i as u64,
         members: Vec::new(),

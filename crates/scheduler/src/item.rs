@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::label::Label;
+
 /// One item to load: where its bytes are and what it carries with it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WorkItem {
@@ -16,7 +18,7 @@ pub struct WorkItem {
     /// Its bytes within the object; `None` for the whole object.
     pub range: Option<Range<u64>>,
     /// Its label, handed to the collate with the sample.
-    pub label: i64,
+    pub label: Label,
     /// Its name when the object holds many samples (a WebDataset sample's key), for
     /// errors and batches; `None` when the object key names it.
     pub name: Option<Arc<str>>,
@@ -100,7 +102,7 @@ pub struct SampleInfo {
     /// Its name inside the object, for samples of a shard.
     pub name: Option<Arc<str>>,
     /// Its label.
-    pub label: i64,
+    pub label: Label,
     /// The epoch.
     pub epoch: u64,
     /// Its position within the epoch.

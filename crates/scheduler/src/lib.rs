@@ -70,6 +70,7 @@ mod engine;
 mod hedge;
 mod item;
 mod kept;
+mod label;
 mod limit;
 mod metrics;
 mod pool;
@@ -93,6 +94,7 @@ pub use item::{
     BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
     StageError, WorkItem, span_of,
 };
+pub use label::{ClassSet, Label};
 pub use limit::LimitReason;
 pub use metrics::Metrics;
 pub use stage::Stage;

@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use loader_scheduler::Label;
 pub use loader_scheduler::Member;
 use loader_storage::ObjectMeta;
 
@@ -16,8 +17,8 @@ pub struct Item {
     pub key: Arc<str>,
     /// Its bytes within the object; `None` for the whole object.
     pub range: Option<Range<u64>>,
-    /// The class index (or any integer label).
-    pub label: i64,
+    /// Its label: a class, several, numbers, or none.
+    pub label: Label,
     /// Its name within the object when the object holds many samples (WebDataset's key).
     pub name: Option<Arc<str>>,
     /// Its other parts stored beside it (WebDataset's `.cls`, `.json`, ...), handed to the
@@ -27,16 +28,16 @@ pub struct Item {
 
 impl Item {
     /// A sample that is a whole object.
-    pub fn new(key: impl Into<Arc<str>>, label: i64) -> Self {
+    pub fn new(key: impl Into<Arc<str>>, label: impl Into<Label>) -> Self {
         Self {
             key: key.into(),
-            label,
+            label: label.into(),
             ..Self::default()
         }
     }
 
     /// A sample that is `range` of an object (e.g. from a manifest's offset and length).
-    pub fn ranged(key: impl Into<Arc<str>>, range: Range<u64>, label: i64) -> Self {
+    pub fn ranged(key: impl Into<Arc<str>>, range: Range<u64>, label: impl Into<Label>) -> Self {
         Self {
             range: Some(range),
             ..Self::new(key, label)
@@ -219,7 +220,7 @@ impl Item {
             index: 0,
             key: Arc::clone(&self.key),
             range: self.range.clone(),
-            label: self.label,
+            label: self.label.clone(),
             name: self.name.clone(),
             members: Arc::clone(&self.members),
             chunk: None,

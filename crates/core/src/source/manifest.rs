@@ -9,8 +9,9 @@ use loader_storage::layer::{RetryConfig, RetryStore};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::index::Dataset;
-use super::index::Item;
+use loader_scheduler::{ClassSet, Label};
+
+use super::index::{Dataset, Item};
 
 /// How a manifest is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +41,63 @@ impl ManifestFormat {
     }
 }
 
+/// How a manifest's labels are read. Each kind is asked for, never guessed from the values:
+/// integer regression targets would otherwise read as classes, and a typo `1.0` among class
+/// indices as a regression target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum LabelKind {
+    /// One class per sample: an integer index or a class name (or no label on any line).
+    /// Batched i64 `[N]`.
+    #[default]
+    Class,
+    /// Several classes per sample (multi-label): a JSON list of indices or names, or in
+    /// CSV indices or names separated by spaces, `;` or `|` (an empty list or cell: no
+    /// class). Batched multi-hot, f32 `[N, classes]`.
+    MultiLabel,
+    /// Numbers (regression targets, soft labels): one per sample, batched f32 `[N]`, or a
+    /// list of one length on every line (a JSON list, or CSV numbers separated by spaces),
+    /// batched f32 `[N, K]`.
+    Values,
+}
+
+impl LabelKind {
+    /// The kind a name gives, as the command line and Python say it: `class`, `multi` (or
+    /// `multilabel`), `values`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "class" | "classes" => Some(LabelKind::Class),
+            "multi" | "multilabel" | "multi-label" | "multi_label" => Some(LabelKind::MultiLabel),
+            "values" | "value" | "float" => Some(LabelKind::Values),
+            _ => None,
+        }
+    }
+}
+
+/// A manifest to read: its key, and how its labels are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Manifest<'a> {
+    /// Its key in the store (format from the extension: `.jsonl`, `.ndjson`, `.json` are
+    /// JSON lines, anything else CSV).
+    pub key: &'a str,
+    /// How its labels are read.
+    pub labels: LabelKind,
+}
+
+impl<'a> From<&'a str> for Manifest<'a> {
+    fn from(key: &'a str) -> Self {
+        Manifest {
+            key,
+            labels: LabelKind::Class,
+        }
+    }
+}
+
+/// What an error about a number label says to do.
+const READ_AS_VALUES: &str = "read numbers (regression targets, soft labels) as LabelKind::Values (Python: labels=\"values\")";
+/// What an error about a list label says to do.
+const READ_AS_MULTI: &str =
+    "read several classes per sample as LabelKind::MultiLabel (Python: labels=\"multi\")";
+
 impl Dataset {
     /// Read a manifest from the store and parse it (format from the key's extension).
     pub async fn manifest(store: &dyn Storage, key: &str) -> Result<Self> {
@@ -64,12 +122,63 @@ impl Dataset {
         .await
     }
 
+    /// Read a manifest whose labels are of `kind`, and, when `classes` are given, must be
+    /// among them (see [`Dataset::parse_manifest_as`]).
+    pub async fn manifest_as(
+        store: &dyn Storage,
+        key: &str,
+        kind: LabelKind,
+        classes: Option<&[String]>,
+    ) -> Result<Self> {
+        read_manifest(store, key, |text, format| {
+            Self::parse_manifest_as(text, format, kind, classes)
+        })
+        .await
+    }
+
+    /// [`Dataset::manifest_as`] for synchronous callers.
+    pub fn manifest_as_blocking(
+        store: &dyn Storage,
+        key: &str,
+        kind: LabelKind,
+        classes: Option<&[String]>,
+    ) -> Result<Self> {
+        block_on_own_thread(|| Self::manifest_as(store, key, kind, classes))
+    }
+
+    /// Parse a manifest whose labels are of `kind`. Classes (single or multi-label) are
+    /// integers, or names mapped to indices through the sorted set of names, or through
+    /// `classes` when given (then a label must be one of them). Errors name the line.
+    pub fn parse_manifest_as(
+        text: &str,
+        format: ManifestFormat,
+        kind: LabelKind,
+        classes: Option<&[String]>,
+    ) -> Result<Self> {
+        match (kind, classes) {
+            (LabelKind::Class, None) => Self::parse_manifest(text, format),
+            (LabelKind::Class, Some(classes)) => {
+                Self::parse_manifest_with_classes(text, format, classes)
+            }
+            (LabelKind::Values, _) => {
+                let lines = parse_lines(text, format, kind)?;
+                check_kinds(&lines)?;
+                Self::valued(lines)
+            }
+            (LabelKind::MultiLabel, classes) => {
+                let lines = parse_lines(text, format, kind)?;
+                check_kinds(&lines)?;
+                Self::multi(lines, classes)
+            }
+        }
+    }
+
     /// Parse a manifest. Labels are integers, or class names mapped to indices through
     /// the sorted set of names. Errors name the line.
     pub fn parse_manifest(text: &str, format: ManifestFormat) -> Result<Self> {
-        let lines = parse_lines(text, format)?;
+        let lines = parse_lines(text, format, LabelKind::Class)?;
         check_kinds(&lines)?;
-        let named = lines.iter().any(|(_, _, l)| matches!(l, Label::Name(_)));
+        let named = lines.iter().any(|(_, _, l)| matches!(l, Cell::Name(_)));
         let classes: Vec<String> = if named {
             lines
                 .iter()
@@ -94,7 +203,7 @@ impl Dataset {
         if classes.is_empty() {
             return Err(SourceError::NoClassList);
         }
-        let lines = parse_lines(text, format)?;
+        let lines = parse_lines(text, format, LabelKind::Class)?;
         check_kinds(&lines)?;
         let known: HashMap<&str, i64> = classes
             .iter()
@@ -115,21 +224,21 @@ impl Dataset {
         };
         // In CSV, "7" is a name if there is such a class and an index otherwise.
         let named = lines.iter().any(|(_, _, l)| match l {
-            Label::Name(_) => true,
-            Label::Int(v) => {
+            Cell::Name(_) => true,
+            Cell::Int(v) => {
                 format == ManifestFormat::Csv && known.contains_key(v.to_string().as_str())
             }
-            Label::Absent => false,
+            _ => false,
         });
         for (line, _, label) in &lines {
             match label {
-                Label::Absent => {
+                Cell::Absent => {
                     return Err(line_error(
                         *line,
                         format!("no label, but the labels must be classes of {}", shown()),
                     ));
                 }
-                Label::Int(v) if !named => {
+                Cell::Int(v) if !named => {
                     if !(0..classes.len() as i64).contains(v) {
                         return Err(line_error(
                             *line,
@@ -155,17 +264,13 @@ impl Dataset {
     }
 
     /// Items with their labels: integers as they are, names as indices into `classes`.
-    fn label(
-        lines: Vec<(usize, RowKey, Label)>,
-        classes: Vec<String>,
-        named: bool,
-    ) -> Result<Self> {
+    fn label(lines: Vec<(usize, RowKey, Cell)>, classes: Vec<String>, named: bool) -> Result<Self> {
         let index: HashMap<&str, i64> = classes
             .iter()
             .enumerate()
             .map(|(i, c)| (c.as_str(), i as i64))
             .collect();
-        let unlabelled = lines.iter().all(|(_, _, l)| matches!(l, Label::Absent));
+        let unlabelled = lines.iter().all(|(_, _, l)| matches!(l, Cell::Absent));
         let items = lines
             .iter()
             .map(|(_, key, label)| Item {
@@ -174,12 +279,14 @@ impl Dataset {
                 name: None,
                 members: Arc::default(),
                 label: match label {
-                    Label::Absent => -1,
-                    Label::Int(v) if !named => *v,
-                    other => index
-                        .get(other.text().as_str())
-                        .copied()
-                        .unwrap_or_default(),
+                    Cell::Absent => Label::None,
+                    Cell::Int(v) if !named => Label::Class(*v),
+                    other => Label::Class(
+                        index
+                            .get(other.text().as_str())
+                            .copied()
+                            .unwrap_or_default(),
+                    ),
                 },
             })
             .collect();
@@ -189,6 +296,277 @@ impl Dataset {
         } else {
             dataset
         })
+    }
+}
+
+impl Dataset {
+    /// Items labelled with numbers: one on every line, or lists of one length.
+    fn valued(lines: Vec<(usize, RowKey, Cell)>) -> Result<Self> {
+        let first = &lines[0].2;
+        let mut items = Vec::with_capacity(lines.len());
+        for (line, key, cell) in &lines {
+            let label = match (cell, first) {
+                (Cell::Value(v), Cell::Value(_)) => Label::Value(*v),
+                (Cell::Values(v), Cell::Values(head)) if v.len() == head.len() => {
+                    Label::Values(v.as_slice().into())
+                }
+                (Cell::Values(v), Cell::Values(head)) => {
+                    return Err(line_error(
+                        *line,
+                        format!(
+                            "{} numbers, but line {} has {}; every label is a list of one length",
+                            v.len(),
+                            lines[0].0,
+                            head.len()
+                        ),
+                    ));
+                }
+                (Cell::Absent, _) => {
+                    return Err(line_error(
+                        *line,
+                        "no label, but the labels are read as numbers".into(),
+                    ));
+                }
+                _ => {
+                    return Err(line_error(
+                        *line,
+                        format!(
+                            "label {:?} is not the kind of line {} (one number, or a list of \
+                             numbers, on every line)",
+                            cell.text(),
+                            lines[0].0
+                        ),
+                    ));
+                }
+            };
+            items.push(Item {
+                key: key.key.as_str().into(),
+                range: key.range.clone(),
+                label,
+                ..Item::default()
+            });
+        }
+        Ok(Self::from_items(items, Vec::new()))
+    }
+
+    /// Items labelled with sets of classes: names through the sorted set of all names (or
+    /// `classes`), indices as they are, below the class count (`classes`' length, or one
+    /// more than the largest index, so give `classes` to fix the width across manifests).
+    fn multi(lines: Vec<(usize, RowKey, Cell)>, classes: Option<&[String]>) -> Result<Self> {
+        let tokens = || {
+            lines.iter().flat_map(|(line, _, cell)| {
+                let set: &[Cell] = match cell {
+                    Cell::Set(set) => set,
+                    _ => &[],
+                };
+                set.iter().map(move |t| (*line, t))
+            })
+        };
+        if let Some((line, _, _)) = lines.iter().find(|(_, _, c)| matches!(c, Cell::Absent)) {
+            return Err(line_error(
+                *line,
+                "no label, but the labels are read as sets of classes (give [] for none)".into(),
+            ));
+        }
+        let known: Option<HashMap<&str, u32>> = classes.map(|classes| {
+            classes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.as_str(), i as u32))
+                .collect()
+        });
+        let names: Vec<String> = match classes {
+            Some(classes) => classes.to_vec(),
+            None => tokens()
+                .filter_map(|(_, t)| match t {
+                    Cell::Name(n) => Some(n.clone()),
+                    _ => None,
+                })
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        };
+        let named = classes.is_none() && !names.is_empty();
+        let index: HashMap<&str, u32> = match &known {
+            Some(known) => known.clone(),
+            None => names
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.as_str(), i as u32))
+                .collect(),
+        };
+        // Indices as they are: below the class list, or below one more than the largest.
+        let of = match classes {
+            Some(classes) => classes.len(),
+            None if named => names.len(),
+            None => tokens()
+                .filter_map(|(_, t)| match t {
+                    Cell::Int(v) => Some(*v),
+                    _ => None,
+                })
+                .max()
+                .map_or(0, |m| m.saturating_add(1).max(0) as usize),
+        };
+        let of = u32::try_from(of)
+            .map_err(|_| SourceError::Invalid(format!("{of} classes is more than 2^32")))?;
+        if of == 0 {
+            return Err(SourceError::Invalid(
+                "no line names a class; give the class list".into(),
+            ));
+        }
+        let mut items = Vec::with_capacity(lines.len());
+        for (line, key, cell) in &lines {
+            let Cell::Set(set) = cell else {
+                return Err(line_error(*line, "not a set of classes".into()));
+            };
+            let mut indices = Vec::with_capacity(set.len());
+            for token in set {
+                // With a class list, "7" is a name if there is such a class.
+                let by_name = index.get(token.text().as_str()).copied();
+                let class = match token {
+                    _ if by_name.is_some() && (classes.is_some() || named) => by_name,
+                    Cell::Int(v) if !named => u32::try_from(*v).ok().filter(|v| *v < of),
+                    _ => None,
+                };
+                let Some(class) = class else {
+                    let why = match token {
+                        Cell::Int(v) if named => format!(
+                            "label {v} is a class index, but other lines name classes; use one kind of label"
+                        ),
+                        Cell::Int(v) => format!("label {v} is not a class index below {of}"),
+                        other if classes.is_some() => format!(
+                            "unknown label {:?}; the classes are {} ({of} classes)",
+                            other.text(),
+                            names.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                        other => format!(
+                            "label {:?} names a class, but other lines give class indices; use one kind of label",
+                            other.text()
+                        ),
+                    };
+                    return Err(line_error(*line, why));
+                };
+                indices.push(class);
+            }
+            indices.sort_unstable();
+            indices.dedup();
+            items.push(Item {
+                key: key.key.as_str().into(),
+                range: key.range.clone(),
+                label: Label::Classes(ClassSet {
+                    indices: indices.into(),
+                    of,
+                }),
+                ..Item::default()
+            });
+        }
+        let class_names = if named || classes.is_some() {
+            names
+        } else {
+            Vec::new()
+        };
+        Ok(Self::from_items(items, class_names))
+    }
+}
+
+/// A CSV cell as a label of `kind`.
+fn cell_of_text(text: &str, kind: LabelKind) -> std::result::Result<Cell, String> {
+    match kind {
+        LabelKind::Class => label_of(text),
+        LabelKind::Values => {
+            let values = text
+                .split_whitespace()
+                .map(|t| value_of_text(t, text))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            match values.as_slice() {
+                [] => Err("the label is empty".into()),
+                [one] => Ok(Cell::Value(*one)),
+                _ => Ok(Cell::Values(values)),
+            }
+        }
+        LabelKind::MultiLabel => text
+            .split(|c: char| c.is_whitespace() || c == ';' || c == '|')
+            .filter(|t| !t.is_empty())
+            .map(label_of)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(Cell::Set),
+    }
+}
+
+/// One number of a values label, as an f32: finite, or an error quoting the whole label.
+fn value_of_text(token: &str, label: &str) -> std::result::Result<f32, String> {
+    match token.parse::<f64>() {
+        Ok(v) if is_number(token) => finite(v, label),
+        _ => Err(format!(
+            "label {label:?} is not a number or numbers separated by spaces"
+        )),
+    }
+}
+
+/// `v` as an f32, if it is finite there.
+fn finite(v: f64, label: &str) -> std::result::Result<f32, String> {
+    let f = v as f32;
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(format!("label {label} is not a finite 32-bit float"))
+    }
+}
+
+/// A JSON label read as a class: an integer, or a name.
+fn class_of_json(value: &serde_json::Value) -> std::result::Result<Cell, String> {
+    match value {
+        serde_json::Value::Number(n) => n.as_i64().map(Cell::Int).ok_or_else(|| {
+            format!(
+                "label {n} is not an integer; a class label is an index or a name: {READ_AS_VALUES}"
+            )
+        }),
+        // A string is a class name, even "7"; but not "0.5" (see `label_of`).
+        serde_json::Value::String(s) if !s.is_empty() => label_of(s).map(|_| Cell::Name(s.clone())),
+        serde_json::Value::Array(_) => Err(format!(
+            "the label is a list; {READ_AS_MULTI}, or a list of numbers as LabelKind::Values \
+             (Python: labels=\"values\")"
+        )),
+        _ => Err("the \"label\" is not an integer or a string".into()),
+    }
+}
+
+/// A JSON label read as numbers: one, or a non-empty list.
+fn values_of_json(value: &serde_json::Value) -> std::result::Result<Cell, String> {
+    let number = |v: &serde_json::Value| match v {
+        serde_json::Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| format!("label {n} is not a number"))
+            .and_then(|f| finite(f, &n.to_string())),
+        other => Err(format!(
+            "label {other} is not a number or a list of numbers"
+        )),
+    };
+    match value {
+        serde_json::Value::Array(list) if !list.is_empty() => list
+            .iter()
+            .map(number)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(Cell::Values),
+        serde_json::Value::Array(_) => Err("the label is an empty list".into()),
+        other => number(other).map(Cell::Value),
+    }
+}
+
+/// A JSON label read as a set of classes: a list of indices or names (or one of them).
+fn set_of_json(value: &serde_json::Value) -> std::result::Result<Cell, String> {
+    let one = |v: &serde_json::Value| match class_of_json(v) {
+        Ok(cell) => Ok(cell),
+        Err(_) if v.is_array() => Err(format!("label {v} is a list inside a list")),
+        Err(why) => Err(why),
+    };
+    match value {
+        serde_json::Value::Array(list) => list
+            .iter()
+            .map(one)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map(Cell::Set),
+        other => one(other).map(|cell| Cell::Set(vec![cell])),
     }
 }
 
@@ -214,7 +592,7 @@ async fn read_manifest(
 /// Duplicate keys, and labels of both kinds (integers and class names): one kind per
 /// manifest, so a typo in one integer label cannot silently turn every label into a class
 /// name and remap them all. The line named is the first of the rarer kind.
-fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
+fn check_kinds(lines: &[(usize, RowKey, Cell)]) -> Result<()> {
     // A packed file's key comes back with other ranges: a sample is (key, range).
     let mut seen: HashMap<&RowKey, usize> = HashMap::new();
     for (line, key, _) in lines {
@@ -229,13 +607,13 @@ fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
     // "no label" (-1) among classes.
     let absent = lines
         .iter()
-        .filter(|(_, _, l)| matches!(l, Label::Absent))
+        .filter(|(_, _, l)| matches!(l, Cell::Absent))
         .count();
     if absent != 0 && absent != lines.len() {
         let rare_is_absent = absent * 2 <= lines.len();
         if let Some((line, _, _)) = lines
             .iter()
-            .find(|(_, _, l)| matches!(l, Label::Absent) == rare_is_absent)
+            .find(|(_, _, l)| matches!(l, Cell::Absent) == rare_is_absent)
         {
             let why = if rare_is_absent {
                 "no label, but the other lines have one"
@@ -247,17 +625,17 @@ fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
     }
     let names = lines
         .iter()
-        .filter(|(_, _, l)| matches!(l, Label::Name(_)))
+        .filter(|(_, _, l)| matches!(l, Cell::Name(_)))
         .count();
     let ints = lines.len() - names - absent;
     if names == 0 || ints == 0 {
         return Ok(());
     }
-    let first_is_name = matches!(lines[0].2, Label::Name(_));
+    let first_is_name = matches!(lines[0].2, Cell::Name(_));
     let majority_is_name = names > ints || (names == ints && first_is_name);
     let Some((line, _, label)) = lines
         .iter()
-        .find(|(_, _, l)| matches!(l, Label::Name(_)) != majority_is_name)
+        .find(|(_, _, l)| matches!(l, Cell::Name(_)) != majority_is_name)
     else {
         return Ok(());
     };
@@ -277,9 +655,15 @@ fn check_kinds(lines: &[(usize, RowKey, Label)]) -> Result<()> {
     Err(line_error(*line, format!("{why}{hint}")))
 }
 
-enum Label {
+enum Cell {
     Int(i64),
     Name(String),
+    /// A number, read as [`LabelKind::Values`].
+    Value(f32),
+    /// A list of numbers, read as [`LabelKind::Values`].
+    Values(Vec<f32>),
+    /// Class indices or names, read as [`LabelKind::MultiLabel`].
+    Set(Vec<Cell>),
     /// The manifest gives no label.
     Absent,
 }
@@ -316,22 +700,29 @@ fn range_of(
     }
 }
 
-impl Label {
+impl Cell {
     fn text(&self) -> String {
         match self {
-            Label::Int(v) => v.to_string(),
-            Label::Name(n) => n.clone(),
-            Label::Absent => String::new(),
+            Cell::Int(v) => v.to_string(),
+            Cell::Name(n) => n.clone(),
+            Cell::Value(v) => v.to_string(),
+            Cell::Values(v) => format!("{v:?}"),
+            Cell::Set(v) => v.iter().map(Cell::text).collect::<Vec<_>>().join(" "),
+            Cell::Absent => String::new(),
         }
     }
 }
 
 /// (line number, key, label) of every data line.
-fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, RowKey, Label)>> {
+fn parse_lines(
+    text: &str,
+    format: ManifestFormat,
+    kind: LabelKind,
+) -> Result<Vec<(usize, RowKey, Cell)>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let out = match format {
-        ManifestFormat::Csv => parse_csv(text)?,
-        ManifestFormat::JsonLines => parse_json_lines(text)?,
+        ManifestFormat::Csv => parse_csv(text, kind)?,
+        ManifestFormat::JsonLines => parse_json_lines(text, kind)?,
     };
     if out.is_empty() {
         return Err(SourceError::EmptyManifest);
@@ -342,21 +733,32 @@ fn parse_lines(text: &str, format: ManifestFormat) -> Result<Vec<(usize, RowKey,
 /// A label's text as a label: an integer, or else a class name. A number that is not a
 /// whole one (`0.5`, `1.0`, `1e-3`) is refused: read as a class name it would become a
 /// class sorted as text, a silently wrong label for a regression target or a soft label.
-fn label_of(text: &str) -> std::result::Result<Label, String> {
+fn label_of(text: &str) -> std::result::Result<Cell, String> {
     if text.is_empty() {
         return Err("the label is empty".into());
     }
     if let Ok(v) = text.parse::<i64>() {
-        return Ok(Label::Int(v));
+        return Ok(Cell::Int(v));
     }
     if is_number(text) {
         return Err(format!(
-            "label {text:?} is a number but not an integer; manifest labels are class \
-             indices (integers) or class names, so a float label (a regression target, a soft \
-             label) cannot be read from a manifest yet"
+            "label {text:?} is a number but not an integer; a class label is an index or a \
+             name: {READ_AS_VALUES}"
         ));
     }
-    Ok(Label::Name(text.to_owned()))
+    // "0 1" or "0.2;0.8" is a list, not a class named so: read as a name it would give each
+    // combination a class of its own.
+    let tokens: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '|')
+        .filter(|t| !t.is_empty())
+        .collect();
+    if tokens.len() > 1 && tokens.iter().all(|t| is_number(t)) {
+        return Err(format!(
+            "label {text:?} is a list of numbers, not a class; {READ_AS_MULTI}, or numbers as \
+             LabelKind::Values (Python: labels=\"values\")"
+        ));
+    }
+    Ok(Cell::Name(text.to_owned()))
 }
 
 /// Whether `text` reads as a floating-point number (`0.5`, `-1.0`, `1e3`, `.5`), not a word
@@ -365,7 +767,7 @@ fn is_number(text: &str) -> bool {
     text.bytes().any(|b| b.is_ascii_digit()) && text.parse::<f64>().is_ok()
 }
 
-fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
+fn parse_csv(text: &str, kind: LabelKind) -> Result<Vec<(usize, RowKey, Cell)>> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -417,8 +819,8 @@ fn parse_csv(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
         }
         let key = fields[columns.key];
         let label = match columns.label {
-            Some(column) => label_of(fields[column]).map_err(bad)?,
-            None => Label::Absent,
+            Some(column) => cell_of_text(fields[column], kind).map_err(bad)?,
+            None => Cell::Absent,
         };
         if let Some(problem) = loader_storage::key_problem(key) {
             return Err(bad(problem.to_owned()));
@@ -477,7 +879,7 @@ fn header_columns(fields: &[&str]) -> Option<Columns> {
     (fields.len() == named).then_some(Columns { key, label, range })
 }
 
-fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
+fn parse_json_lines(text: &str, kind: LabelKind) -> Result<Vec<(usize, RowKey, Cell)>> {
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
@@ -504,20 +906,11 @@ fn parse_json_lines(text: &str) -> Result<Vec<(usize, RowKey, Label)>> {
                 "{other:?} is not a label key: name the label \"label\" (or \"class\")"
             )));
         }
-        let label = match given {
-            Some(serde_json::Value::Number(n)) => Label::Int(n.as_i64().ok_or_else(|| {
-                bad(format!(
-                    "label {n} is not an integer; manifest labels are class indices or class \
-                     names, so a float label cannot be read from a manifest yet"
-                ))
-            })?),
-            // A string is a class name, even "7"; but not "0.5" (see `label_of`).
-            Some(serde_json::Value::String(s)) if !s.is_empty() => match label_of(s) {
-                Ok(_) => Label::Name(s.clone()),
-                Err(why) => return Err(bad(why)),
-            },
-            None | Some(serde_json::Value::Null) => Label::Absent,
-            _ => return Err(bad("the \"label\" is not an integer or a string".into())),
+        let label = match (given, kind) {
+            (None | Some(serde_json::Value::Null), _) => Cell::Absent,
+            (Some(given), LabelKind::Class) => class_of_json(given).map_err(bad)?,
+            (Some(given), LabelKind::Values) => values_of_json(given).map_err(bad)?,
+            (Some(given), LabelKind::MultiLabel) => set_of_json(given).map_err(bad)?,
         };
         if let Some(problem) = loader_storage::key_problem(&key) {
             return Err(bad(problem.to_owned()));
@@ -555,7 +948,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.classes(), ["cat", "dog"]);
-        let labels: Vec<i64> = d.items().iter().map(|i| i.label).collect();
+        let labels: Vec<i64> = d
+            .items()
+            .iter()
+            .map(|i| i.label.class().unwrap_or(-1))
+            .collect();
         assert_eq!(labels, [1, 0, 1]);
     }
 
@@ -572,7 +969,12 @@ mod tests {
 
     #[test]
     fn manifests_without_labels_label_nothing() {
-        let labels = |d: Dataset| d.items().iter().map(|i| i.label).collect::<Vec<_>>();
+        let labels = |d: Dataset| {
+            d.items()
+                .iter()
+                .map(|i| i.label.clone())
+                .collect::<Vec<_>>()
+        };
         let d = Dataset::parse_manifest("{\"key\":\"a\",\"class\":3}\n", ManifestFormat::JsonLines)
             .unwrap();
         assert!(
@@ -694,13 +1096,20 @@ mod tests {
         ] {
             let d = Dataset::parse_manifest(text, ManifestFormat::Csv)
                 .unwrap_or_else(|e| panic!("{text:?}: {e}"));
-            let got: Vec<(&str, i64)> = d.items().iter().map(|i| (&*i.key, i.label)).collect();
+            let got: Vec<(&str, i64)> = d
+                .items()
+                .iter()
+                .map(|i| (&*i.key, i.label.class().unwrap_or(-1)))
+                .collect();
             assert_eq!(got, [("a.jpg", 2), ("b.jpg", 10)], "{text:?}");
             assert!(d.classes().is_empty(), "{text:?}");
         }
         // A header with the columns the other way round.
         let d = Dataset::parse_manifest("label,path\n2,a.jpg\n", ManifestFormat::Csv).unwrap();
-        assert_eq!((&*d.items()[0].key, d.items()[0].label), ("a.jpg", 2));
+        assert_eq!(
+            (&*d.items()[0].key, d.items()[0].label.class()),
+            ("a.jpg", Some(2))
+        );
         // Quoted keys may hold commas.
         let d = Dataset::parse_manifest("\"a,b.jpg\",cat\n", ManifestFormat::Csv).unwrap();
         assert_eq!(&*d.items()[0].key, "a,b.jpg");
@@ -761,6 +1170,236 @@ mod tests {
         // Words that parse as floats are class names, as before.
         let d = Dataset::parse_manifest("a.jpg,inf\nb.jpg,nan\n", ManifestFormat::Csv).unwrap();
         assert_eq!(d.classes(), ["inf", "nan"]);
+    }
+
+    fn parsed(text: &str, format: ManifestFormat, kind: LabelKind) -> Result<Vec<Label>> {
+        let d = Dataset::parse_manifest_as(text, format, kind, None)?;
+        Ok(d.items().iter().map(|i| i.label.clone()).collect())
+    }
+
+    fn failed(text: &str, format: ManifestFormat, kind: LabelKind) -> String {
+        match parsed(text, format, kind) {
+            Ok(labels) => panic!("{text:?} read as {labels:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn values_manifests_give_numbers_and_lists_of_one_length() {
+        use ManifestFormat::{Csv, JsonLines};
+        let values = |v: &[f32]| Label::Values(v.into());
+        assert_eq!(
+            parsed(
+                "path,label
+a.npy,0.5
+b.npy,-2
+c.npy,1e-3
+",
+                Csv,
+                LabelKind::Values
+            )
+            .unwrap(),
+            [Label::Value(0.5), Label::Value(-2.0), Label::Value(1e-3)]
+        );
+        assert_eq!(
+            parsed(
+                "a.npy,0.1 0.9
+b.npy,1 0
+",
+                Csv,
+                LabelKind::Values
+            )
+            .unwrap(),
+            [values(&[0.1, 0.9]), values(&[1.0, 0.0])]
+        );
+        assert_eq!(
+            parsed(
+                "{\"key\":\"a\",\"label\":[0.25,0.75]}\n{\"key\":\"b\",\"label\":[1,0]}\n",
+                JsonLines,
+                LabelKind::Values
+            )
+            .unwrap(),
+            [values(&[0.25, 0.75]), values(&[1.0, 0.0])]
+        );
+        assert_eq!(
+            parsed(
+                "{\"key\":\"a\",\"label\":3}\n",
+                JsonLines,
+                LabelKind::Values
+            )
+            .unwrap(),
+            [Label::Value(3.0)],
+            "integers are numbers when the manifest says its labels are values"
+        );
+        for (text, format, needle) in [
+            (
+                "a,0.1 0.9\nb,1 0 0\n",
+                Csv,
+                "line 2: 3 numbers, but line 1 has 2",
+            ),
+            (
+                "a,0.5\nb,0.1 0.9\n",
+                Csv,
+                "line 2: label \"[0.1, 0.9]\" is not the kind of line 1",
+            ),
+            ("a,cat\n", Csv, "line 1: label \"cat\" is not a number"),
+            ("a,1e39\n", Csv, "not a finite 32-bit float"),
+            ("a,nan\n", Csv, "label \"nan\" is not a number"),
+            ("key,label\na,\n", Csv, "line 2: the label is empty"),
+            (
+                "{\"key\":\"a\",\"label\":[]}\n",
+                JsonLines,
+                "line 1: the label is an empty list",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":\"0.5\"}\n",
+                JsonLines,
+                "is not a number or a list",
+            ),
+            (
+                "{\"key\":\"a\"}\n",
+                JsonLines,
+                "line 1: no label, but the labels are read as numbers",
+            ),
+        ] {
+            let err = failed(text, format, LabelKind::Values);
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn multi_label_manifests_give_sets_of_classes() {
+        use ManifestFormat::{Csv, JsonLines};
+        let set = |of: u32, i: &[u32]| {
+            Label::Classes(ClassSet {
+                indices: i.into(),
+                of,
+            })
+        };
+        let d = Dataset::parse_manifest_as(
+            "key,label\na.jpg,dog cat\nb.jpg,\nc.jpg,bird;dog|dog\n",
+            Csv,
+            LabelKind::MultiLabel,
+            None,
+        )
+        .unwrap();
+        assert_eq!(d.classes(), ["bird", "cat", "dog"]);
+        let labels: Vec<Label> = d.items().iter().map(|i| i.label.clone()).collect();
+        assert_eq!(labels, [set(3, &[1, 2]), set(3, &[]), set(3, &[0, 2])]);
+        assert_eq!(
+            parsed(
+                "{\"key\":\"a\",\"label\":[4,1]}\n{\"key\":\"b\",\"label\":[]}\n{\"key\":\"c\",\"label\":0}\n",
+                JsonLines,
+                LabelKind::MultiLabel
+            )
+            .unwrap(),
+            [set(5, &[1, 4]), set(5, &[]), set(5, &[0])],
+            "indices as they are, below one more than the largest"
+        );
+        // A class list fixes the width and the names; "7" is a name when there is one.
+        let classes: Vec<String> = ["cat", "dog", "7"].map(String::from).to_vec();
+        let d = Dataset::parse_manifest_as(
+            "a,dog 7\nb,0\n",
+            Csv,
+            LabelKind::MultiLabel,
+            Some(&classes),
+        )
+        .unwrap();
+        let labels: Vec<Label> = d.items().iter().map(|i| i.label.clone()).collect();
+        assert_eq!(labels, [set(3, &[1, 2]), set(3, &[0])]);
+        for (text, format, classes, needle) in [
+            (
+                "a,cat 1\n",
+                Csv,
+                None,
+                "line 1: label 1 is a class index, but other lines name classes",
+            ),
+            (
+                "a,1\nb,cat\n",
+                Csv,
+                None,
+                "line 1: label 1 is a class index",
+            ),
+            (
+                "a,0.5\n",
+                Csv,
+                None,
+                "line 1: label \"0.5\" is a number but not an integer",
+            ),
+            ("a,-1\n", Csv, None, "no line names a class"),
+            (
+                "a,cow\n",
+                Csv,
+                Some(&classes),
+                "line 1: unknown label \"cow\"",
+            ),
+            (
+                "a,3\n",
+                Csv,
+                Some(&classes),
+                "line 1: label 3 is not a class index below 3",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":[[1]]}\n",
+                JsonLines,
+                None,
+                "is a list inside a list",
+            ),
+            (
+                "{\"key\":\"a\"}\n",
+                JsonLines,
+                None,
+                "line 1: no label, but the labels are read as sets",
+            ),
+        ] {
+            let err = match Dataset::parse_manifest_as(
+                text,
+                format,
+                LabelKind::MultiLabel,
+                classes.map(|c| c.as_slice()),
+            ) {
+                Ok(d) => panic!("{text:?} read as {:?}", d.items()),
+                Err(e) => e.to_string(),
+            };
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn lists_and_numbers_under_class_labels_say_which_kind_reads_them() {
+        let err = failed(
+            "{\"key\":\"a\",\"label\":[1,2]}\n",
+            ManifestFormat::JsonLines,
+            LabelKind::Class,
+        );
+        assert!(err.contains("the label is a list; read several classes per sample as LabelKind::MultiLabel (Python: labels=\"multi\")"), "{err}");
+        for text in [
+            "a,0 1\n",
+            "a,0.2;0.8\n",
+            "{\"key\":\"a\",\"label\":\"3 4\"}\n",
+        ] {
+            let format = ManifestFormat::from_name(if text.starts_with('{') {
+                "m.jsonl"
+            } else {
+                "m.csv"
+            });
+            let err = failed(text, format, LabelKind::Class);
+            assert!(err.contains("is a list of numbers, not a class"), "{err}");
+        }
+        let d =
+            Dataset::parse_manifest("a,golden retriever\nb,2 x\n", ManifestFormat::Csv).unwrap();
+        assert_eq!(
+            d.classes(),
+            ["2 x", "golden retriever"],
+            "names with spaces stay names"
+        );
+        let err = failed("a,0.5\n", ManifestFormat::Csv, LabelKind::Class);
+        assert!(
+            err.contains("LabelKind::Values (Python: labels=\"values\")"),
+            "{err}"
+        );
+        assert_eq!(LabelKind::from_name("Multi"), Some(LabelKind::MultiLabel));
+        assert_eq!(LabelKind::from_name("floats"), None);
     }
 
     #[test]
@@ -824,7 +1463,7 @@ mod tests {
             let got: Vec<_> = d
                 .items()
                 .iter()
-                .map(|i| (&*i.key, i.range.clone(), i.label))
+                .map(|i| (&*i.key, i.range.clone(), i.label.class().unwrap_or(-1)))
                 .collect();
             assert_eq!(
                 got,
@@ -837,8 +1476,8 @@ mod tests {
             Dataset::parse_manifest("length,path,class,offset\n4,p,7,100\n", ManifestFormat::Csv)
                 .unwrap();
         assert_eq!(
-            (d.items()[0].range.clone(), d.items()[0].label),
-            (Some(100..104), 7)
+            (d.items()[0].range.clone(), d.items()[0].label.clone()),
+            (Some(100..104), Label::Class(7))
         );
         for (text, format, needle) in [
             (
@@ -886,7 +1525,11 @@ mod tests {
         let fixed =
             block_on_own_thread(|| Dataset::manifest_with_classes(&*store, "m.csv", &classes))
                 .unwrap();
-        let labels: Vec<i64> = fixed.items().iter().map(|i| i.label).collect();
+        let labels: Vec<i64> = fixed
+            .items()
+            .iter()
+            .map(|i| i.label.class().unwrap_or(-1))
+            .collect();
         assert_eq!(labels, [0, 1]);
         let err = Dataset::manifest_blocking(&*store, "bad.csv")
             .unwrap_err()

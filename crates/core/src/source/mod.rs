@@ -18,5 +18,5 @@ pub mod webdataset;
 pub use error::SourceError;
 pub use extensions::IMAGE_EXTENSIONS;
 pub use index::{Dataset, Item, Member, ShardLayout};
-pub use manifest::ManifestFormat;
+pub use manifest::{LabelKind, Manifest, ManifestFormat};
 pub use open::store_url;

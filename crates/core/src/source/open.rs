@@ -5,6 +5,7 @@ use loader_storage::layer::{RetryConfig, RetryStore};
 
 use super::error::{Result, SourceError};
 use super::index::Dataset;
+use super::manifest::Manifest;
 use super::webdataset::{
     WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of, split_url,
 };
@@ -21,17 +22,18 @@ pub fn store_url(url: &str) -> Result<String> {
 
 impl Dataset {
     /// The dataset at `url` on `store` (opened at [`store_url`]`(url)`): the shards a shard
-    /// URL names, the manifest `manifest` under it, or else whatever one listing finds: the
+    /// URL names, the manifest `manifest` under it (a key, or a [`Manifest`] that says how
+    /// its labels are read), or else whatever one listing finds: the
     /// `.tar` shards at the top (read with `webdataset`'s settings) or an ImageFolder. The
     /// listing's sizes and versions serve either, so no shard needs a HEAD.
     pub async fn open(
         url: &str,
         store: &DynStorage,
-        manifest: Option<&str>,
+        manifest: Option<Manifest<'_>>,
         webdataset: &WebDataset,
     ) -> Result<Dataset> {
-        if let Some(key) = manifest {
-            return Dataset::manifest(&**store, key).await;
+        if let Some(m) = manifest {
+            return Dataset::manifest_as(&**store, m.key, m.labels, None).await;
         }
         if is_shard_url(url) {
             let shards = split_url(url)?.1.unwrap_or_default();
@@ -58,7 +60,7 @@ impl Dataset {
     pub fn open_blocking(
         url: &str,
         store: &DynStorage,
-        manifest: Option<&str>,
+        manifest: Option<Manifest<'_>>,
         webdataset: &WebDataset,
     ) -> Result<Dataset> {
         super::blocking::block_on_own_thread(|| Dataset::open(url, store, manifest, webdataset))

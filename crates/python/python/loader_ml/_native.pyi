@@ -27,6 +27,7 @@ class Dataset:
         manifest: str | None = None,
         storage_options: dict[str, str] | None = None,
         fields: list[str] | None = None,
+        labels: str | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property
@@ -34,8 +35,12 @@ class Dataset:
     def extensions(self) -> dict[str, int]: ...
     @property
     def labelled(self) -> bool: ...
-    def __getitem__(self, index: int) -> tuple[str, int]:
-        """``(key, label)`` of sample ``index``."""
+    @property
+    def label_kind(self) -> str:
+        """``"class"``, ``"multi"`` or ``"values"``: what its labels are."""
+    def __getitem__(self, index: int) -> tuple[str, int | float | list[float] | list[int]]:
+        """``(key, label)`` of sample ``index``: a class (-1 for none), a number, a list
+        of numbers, or a multi-label sample's class indices."""
     @property
     def classes(self) -> list[str]: ...
     @property

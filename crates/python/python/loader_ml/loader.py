@@ -44,7 +44,9 @@ class Batch(tuple):
     ``indices``, ``epoch`` and ``skipped`` are ``None``.
 
     ``images`` is ``[N, C, H, W]`` float32 after a tensor transform, ``[N, H, W, C]`` uint8
-    without one; ``labels`` is ``[N]`` int64. Both view the loader's memory: keep them as
+    without one; ``labels`` is ``[N]`` int64 class indices, or float32 for a manifest read
+    with ``labels="multi"`` (multi-hot ``[N, classes]``) or ``labels="values"`` (``[N]`` or
+    ``[N, K]``). Both view the loader's memory: keep them as
     long as needed, the memory goes back to the loader when the last view is gone.
     """
 
@@ -456,6 +458,13 @@ class DataLoader:
         manifest: a CSV (``key,label``) or JSON-lines key under the URL listing the samples,
             instead of listing the store; without labels (a ``key`` column alone) every
             label is -1.
+        labels: how the manifest's labels are read, said rather than guessed (integer
+            regression targets would otherwise read as classes): ``"class"`` (default; an
+            index or a name, int64 ``[N]``), ``"multi"`` (several classes per sample: a
+            JSON list of indices or names, or in CSV separated by spaces, ``;`` or ``|``;
+            multi-hot float32 ``[N, classes]``, ready for ``BCEWithLogitsLoss``) or
+            ``"values"`` (numbers: one per sample, float32 ``[N]``, or a list of one
+            length, ``[N, K]``).
         rank, world_size: this process's share of every epoch (default: from
             torch.distributed's process group when it is initialised, else ``RANK`` and
             ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
@@ -539,6 +548,7 @@ class DataLoader:
         prefetch_factor: int | None = None,
         storage_options: dict[str, str] | None = None,
         manifest: str | None = None,
+        labels: Literal["class", "multi", "values"] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         skip_errors: int | None = None,
@@ -578,10 +588,11 @@ class DataLoader:
                                    transform=transform is not None)
         names = None if planned is None else [f.name for f in planned]
         if isinstance(dataset, (str, os.PathLike)):
-            dataset = Dataset(os.fspath(dataset), manifest=manifest,
+            dataset = Dataset(os.fspath(dataset), manifest=manifest, labels=labels,
                               storage_options=storage_options, fields=names)
-        elif manifest is not None or storage_options is not None:
-            raise ConfigError("manifest and storage_options belong to the Dataset given")
+        elif manifest is not None or storage_options is not None or labels is not None:
+            raise ConfigError("manifest, labels and storage_options belong to the Dataset "
+                              "given: open it with them, or give the URL")
         elif dataset.num_shards and dataset.fields != names:
             raise ConfigError(
                 f"fields={names!r}, but the Dataset given was opened with fields="

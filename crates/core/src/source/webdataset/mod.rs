@@ -43,6 +43,8 @@ pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex, default_cache_dir, wri
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
 use super::index::Dataset;
+use loader_scheduler::Label;
+
 use super::index::{Item, Member, ShardLayout};
 
 /// Where a sample's label comes from.
@@ -554,20 +556,21 @@ impl WebDataset {
             }
         };
         let label = match &self.label {
-            LabelSource::None => -1,
+            LabelSource::None => Label::None,
             LabelSource::Integer(suffix) => {
                 let t = text(suffix)?;
-                t.parse::<i64>()
-                    .map_err(|_| bad(format!("its .{suffix} member holds {t:?}, not an integer")))?
+                Label::Class(t.parse::<i64>().map_err(|_| {
+                    bad(format!("its .{suffix} member holds {t:?}, not an integer"))
+                })?)
             }
             LabelSource::ClassName { suffix, classes } => {
                 let t = text(suffix)?;
-                classes.iter().position(|c| c == t).ok_or_else(|| {
+                Label::Class(classes.iter().position(|c| c == t).ok_or_else(|| {
                     bad(format!(
                         "class {t:?} is not one of the {} classes given",
                         classes.len()
                     ))
-                })? as i64
+                })? as i64)
             }
         };
         let (_, data, size) = &sample.members[image];
