@@ -57,7 +57,8 @@ pub enum Error {
 pub struct CandleBatch {
     /// `[N, C, H, W]` f32 after a tensor transform; `[N, H, W, C]` u8 without one.
     pub images: Tensor,
-    /// `[N]` i64 class indices.
+    /// `[N]` i64 class indices; f32 `[N, classes]` multi-hot, or `[N]`/`[N, K]` values, for
+    /// a multi-label or values manifest.
     pub labels: Tensor,
     /// Each sample's dataset index.
     pub indices: Vec<u64>,

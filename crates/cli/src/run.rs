@@ -133,6 +133,7 @@ pub fn main(args: Args) -> Result {
     let manifest = args.manifest.as_deref().map(|key| Manifest {
         key,
         labels: args.labels.unwrap_or_default(),
+        classes: None,
     });
     let dataset = open_dataset(url, &store, manifest, !args.json)?;
     eprintln!(

@@ -74,7 +74,19 @@ pub fn labels_tensor<'a>(
         }
         Label::Classes(head) => {
             let of = head.of as usize;
-            let mut out = vec![0f32; n * of];
+            // The width comes from the source (its class list); one too large to allocate is
+            // an error, not an abort.
+            let mut out = Vec::new();
+            let len = n
+                .checked_mul(of)
+                .filter(|&len| out.try_reserve_exact(len).is_ok());
+            let Some(len) = len else {
+                return Err(CollateError::Labels {
+                    sample: samples.peek().map_or_else(String::new, |s| s.to_string()),
+                    why: format!("{n} multi-hot rows of {of} classes do not fit in memory"),
+                });
+            };
+            out.resize(len, 0f32);
             for (row, info) in samples.enumerate() {
                 let set = match &info.label {
                     Label::Classes(set) if set.of == head.of => set,

@@ -13,7 +13,8 @@ use pyo3::prelude::*;
 pub struct Delivered {
     /// `[N, ...]` images, when the main part is an image.
     pub images: Option<HostTensor>,
-    /// `[N]` i64 labels (the dataset's; -1 where a source has none).
+    /// The labels as `labels_tensor` makes them: i64 `[N]` classes (-1 where a source has
+    /// none), or f32 multi-hot or values.
     pub labels: HostTensor,
     /// Each sample's key.
     pub keys: Vec<Arc<str>>,

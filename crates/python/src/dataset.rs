@@ -17,7 +17,9 @@ use crate::errors;
 /// `s3://bucket/train-{000000..000127}.tar`; `manifest` a CSV (`key,label`) or JSON-lines key
 /// under it, read instead of listing; `labels` how its labels are read: `"class"` (the
 /// default: an index or a name), `"multi"` (several classes, batched multi-hot float32
-/// `[N, classes]`) or `"values"` (numbers, batched float32 `[N]` or `[N, K]`); `storage_options` the store's settings (e.g.
+/// `[N, classes]`) or `"values"` (numbers, batched float32 `[N]` or `[N, K]`); `classes` the
+/// classes its labels must be among, in index order (the training set's, for a validation
+/// manifest: the same indices and multi-hot columns); `storage_options` the store's settings (e.g.
 /// `aws_endpoint`, `aws_region`); `fields` the members of each WebDataset sample, as
 /// `to_tuple` names them (`("npy", "json")`; the first is the main one). `len(ds)`,
 /// `ds.classes`, `ds[i] == (key, label)`.
@@ -36,7 +38,7 @@ impl PyDataset {
     /// `key,label` or JSON-lines key under the URL) instead of listing when given.
     /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
     #[new]
-    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None))]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None))]
     fn new(
         py: Python<'_>,
         url: String,
@@ -44,7 +46,13 @@ impl PyDataset {
         storage_options: Option<HashMap<String, String>>,
         fields: Option<Vec<String>>,
         labels: Option<String>,
+        classes: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        if classes.is_some() && manifest.is_none() {
+            return Err(errors::config(
+                "classes= lists the classes a manifest's labels are among: give manifest= too",
+            ));
+        }
         let options = storage_options.unwrap_or_default();
         let kind = match labels.as_deref() {
             None => LabelKind::Class,
@@ -67,9 +75,11 @@ impl PyDataset {
         };
         let opened = py.detach(|| -> loader_core::Result<(DynStorage, Dataset)> {
             let store = from_url(&store_url(&url)?, options)?;
-            let manifest = manifest
-                .as_deref()
-                .map(|key| Manifest { key, labels: kind });
+            let manifest = manifest.as_deref().map(|key| Manifest {
+                key,
+                labels: kind,
+                classes: classes.as_deref(),
+            });
             let dataset = Dataset::open_blocking(&url, &store, manifest, &shards)?;
             Ok((store, dataset))
         });

@@ -318,10 +318,20 @@ def test_multi_label_and_values_manifests_batch_as_torch_collates_them(
                 loss = torch.nn.BCEWithLogitsLoss()(torch.zeros_like(labels), labels)
                 assert torch.isfinite(loss)
         assert sorted(seen) == sorted(f"p{i}.png" for i in range(10))
+    # A validation manifest read against the training classes keeps their columns.
+    (folder / "val.csv").write_text("key,label\np0.png,tree\n")
+    val = loader_ml.Dataset(str(folder), manifest="val.csv", labels="multi", classes=names)
+    assert val[0] == ("p0.png", [3]) and val.classes == names
+    (folder / "odd.csv").write_text("key,label\np0.png,bird\n")
+    with pytest.raises(loader_ml.ConfigError, match='line 2: unknown label "bird"'):
+        loader_ml.Dataset(str(folder), manifest="odd.csv", labels="multi", classes=names)
     # The kind is said, never guessed; lists under class labels say which kind reads them.
     (folder / "lists.jsonl").write_text('{"key": "p0.png", "label": [0, 2]}\n')
     with pytest.raises(loader_ml.ConfigError, match='labels="multi"'):
         loader_ml.Dataset(str(folder), manifest="lists.jsonl")
+    with pytest.raises(loader_ml.ConfigError, match="holds ';'.*labels=\"multi\""):
+        (folder / "joined.csv").write_text("key,label\np0.png,cat;dog\n")
+        loader_ml.Dataset(str(folder), manifest="joined.csv")
     with pytest.raises(loader_ml.ConfigError, match="give manifest= too"):
         loader_ml.Dataset(str(folder), labels="multi")
     with pytest.raises(loader_ml.ConfigError, match='"class".*"multi".*"values"'):

@@ -65,7 +65,7 @@ impl LabelKind {
     /// `multilabel`), `values`.
     pub fn from_name(name: &str) -> Option<Self> {
         match name.to_ascii_lowercase().as_str() {
-            "class" | "classes" => Some(LabelKind::Class),
+            "class" => Some(LabelKind::Class),
             "multi" | "multilabel" | "multi-label" | "multi_label" => Some(LabelKind::MultiLabel),
             "values" | "value" | "float" => Some(LabelKind::Values),
             _ => None,
@@ -81,6 +81,9 @@ pub struct Manifest<'a> {
     pub key: &'a str,
     /// How its labels are read.
     pub labels: LabelKind,
+    /// The classes its labels must be among, in index order (e.g. the training set's, for
+    /// a validation manifest); `None`: the sorted names it gives, or its indices.
+    pub classes: Option<&'a [String]>,
 }
 
 impl<'a> From<&'a str> for Manifest<'a> {
@@ -88,6 +91,7 @@ impl<'a> From<&'a str> for Manifest<'a> {
         Manifest {
             key,
             labels: LabelKind::Class,
+            classes: None,
         }
     }
 }
@@ -165,10 +169,11 @@ impl Dataset {
                 check_kinds(&lines)?;
                 Self::valued(lines)
             }
+            (LabelKind::MultiLabel, Some([])) => Err(SourceError::NoClassList),
             (LabelKind::MultiLabel, classes) => {
                 let lines = parse_lines(text, format, kind)?;
                 check_kinds(&lines)?;
-                Self::multi(lines, classes)
+                Self::multi(lines, format, classes)
             }
         }
     }
@@ -189,6 +194,21 @@ impl Dataset {
         } else {
             Vec::new()
         };
+        // "cat dog" where cat and dog are labels of other lines is two classes, not a third
+        // named so ("golden retriever" alone stays a name).
+        let set: std::collections::HashSet<&str> = classes.iter().map(String::as_str).collect();
+        for (line, _, label) in &lines {
+            let Cell::Name(name) = label else { continue };
+            let mut parts = name.split_whitespace();
+            if parts.clone().nth(1).is_some() && parts.all(|p| set.contains(p)) {
+                return Err(line_error(
+                    *line,
+                    format!(
+                        "label {name:?} names classes that other lines give alone; {READ_AS_MULTI}"
+                    ),
+                ));
+            }
+        }
         Self::label(lines, classes, named)
     }
 
@@ -352,7 +372,21 @@ impl Dataset {
     /// Items labelled with sets of classes: names through the sorted set of all names (or
     /// `classes`), indices as they are, below the class count (`classes`' length, or one
     /// more than the largest index, so give `classes` to fix the width across manifests).
-    fn multi(lines: Vec<(usize, RowKey, Cell)>, classes: Option<&[String]>) -> Result<Self> {
+    /// Names or indices is decided once for the manifest, as for single classes: in CSV,
+    /// "7" is a name if `classes` has one so called.
+    fn multi(
+        lines: Vec<(usize, RowKey, Cell)>,
+        format: ManifestFormat,
+        classes: Option<&[String]>,
+    ) -> Result<Self> {
+        if let Some((line, _, _)) = lines.iter().find(|(_, _, c)| matches!(c, Cell::Absent)) {
+            return Err(line_error(
+                *line,
+                "no label, but the labels are read as sets of classes (an empty list, or an \
+                 empty CSV cell, gives none)"
+                    .into(),
+            ));
+        }
         let tokens = || {
             lines.iter().flat_map(|(line, _, cell)| {
                 let set: &[Cell] = match cell {
@@ -362,19 +396,21 @@ impl Dataset {
                 set.iter().map(move |t| (*line, t))
             })
         };
-        if let Some((line, _, _)) = lines.iter().find(|(_, _, c)| matches!(c, Cell::Absent)) {
-            return Err(line_error(
-                *line,
-                "no label, but the labels are read as sets of classes (give [] for none)".into(),
-            ));
-        }
-        let known: Option<HashMap<&str, u32>> = classes.map(|classes| {
-            classes
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.as_str(), i as u32))
-                .collect()
-        });
+        let known: HashMap<&str, u32> = classes
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as u32))
+            .collect();
+        // A CSV integer is a name when the class list has one so called.
+        let is_name = |t: &Cell| match t {
+            Cell::Name(_) => true,
+            Cell::Int(v) => {
+                format == ManifestFormat::Csv && known.contains_key(v.to_string().as_str())
+            }
+            _ => false,
+        };
+        let named = tokens().any(|(_, t)| is_name(t));
         let names: Vec<String> = match classes {
             Some(classes) => classes.to_vec(),
             None => tokens()
@@ -386,68 +422,93 @@ impl Dataset {
                 .into_iter()
                 .collect(),
         };
-        let named = classes.is_none() && !names.is_empty();
-        let index: HashMap<&str, u32> = match &known {
-            Some(known) => known.clone(),
-            None => names
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (c.as_str(), i as u32))
-                .collect(),
+        let index: HashMap<&str, u32> = names
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.as_str(), i as u32))
+            .collect();
+        let shown = || {
+            let mut list = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+            if names.len() > 5 {
+                list.push_str(", ...");
+            }
+            format!("{list} ({} classes)", names.len())
         };
-        // Indices as they are: below the class list, or below one more than the largest.
+        // Each token's class, or why it has none.
+        let class_of = |t: &Cell, of: u32| -> std::result::Result<u32, String> {
+            match t {
+                _ if named && is_name(t) => {
+                    index.get(t.text().as_str()).copied().ok_or_else(|| {
+                        format!("unknown label {:?}; the classes are {}", t.text(), shown())
+                    })
+                }
+                Cell::Int(v) if named => Err(format!(
+                    "label {v} is a class index, but other labels name classes; use one kind \
+                     of label"
+                )),
+                Cell::Int(v) => u32::try_from(*v)
+                    .ok()
+                    .filter(|v| *v < of)
+                    .ok_or_else(|| format!("label {v} is not a class index below {of}")),
+                other => Err(format!("label {:?} is not a class", other.text())),
+            }
+        };
         let of = match classes {
             Some(classes) => classes.len(),
             None if named => names.len(),
-            None => tokens()
-                .filter_map(|(_, t)| match t {
-                    Cell::Int(v) => Some(*v),
-                    _ => None,
-                })
-                .max()
-                .map_or(0, |m| m.saturating_add(1).max(0) as usize),
+            None => {
+                // Indices as they are, below one more than the largest: a typo like
+                // 4000000000 would make every sample's row that wide, so a class count far
+                // above the classes seen asks for the class list instead.
+                if let Some((line, Cell::Int(v))) =
+                    tokens().find(|(_, t)| matches!(t, Cell::Int(v) if *v < 0))
+                {
+                    return Err(line_error(line, format!("label {v} is not a class index")));
+                }
+                let seen: BTreeSet<i64> = tokens()
+                    .filter_map(|(_, t)| match t {
+                        Cell::Int(v) => Some(*v),
+                        _ => None,
+                    })
+                    .collect();
+                let Some(&largest) = seen.last() else {
+                    return Err(SourceError::Invalid(
+                        "no line gives a class, so the number of classes is unknown; give the \
+                         class list"
+                            .into(),
+                    ));
+                };
+                let of = usize::try_from(largest)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1);
+                if of > MAX_UNLISTED_CLASSES.max(seen.len().saturating_mul(8)) {
+                    let line = tokens()
+                        .find(|(_, t)| matches!(t, Cell::Int(v) if *v == largest))
+                        .map_or(0, |(line, _)| line);
+                    return Err(line_error(
+                        line,
+                        format!(
+                            "class index {largest} would make every sample's multi-hot row \
+                             {of} wide, with {} classes seen; give the class list",
+                            seen.len()
+                        ),
+                    ));
+                }
+                of
+            }
         };
         let of = u32::try_from(of)
             .map_err(|_| SourceError::Invalid(format!("{of} classes is more than 2^32")))?;
-        if of == 0 {
-            return Err(SourceError::Invalid(
-                "no line names a class; give the class list".into(),
-            ));
-        }
         let mut items = Vec::with_capacity(lines.len());
         for (line, key, cell) in &lines {
             let Cell::Set(set) = cell else {
                 return Err(line_error(*line, "not a set of classes".into()));
             };
-            let mut indices = Vec::with_capacity(set.len());
-            for token in set {
-                // With a class list, "7" is a name if there is such a class.
-                let by_name = index.get(token.text().as_str()).copied();
-                let class = match token {
-                    _ if by_name.is_some() && (classes.is_some() || named) => by_name,
-                    Cell::Int(v) if !named => u32::try_from(*v).ok().filter(|v| *v < of),
-                    _ => None,
-                };
-                let Some(class) = class else {
-                    let why = match token {
-                        Cell::Int(v) if named => format!(
-                            "label {v} is a class index, but other lines name classes; use one kind of label"
-                        ),
-                        Cell::Int(v) => format!("label {v} is not a class index below {of}"),
-                        other if classes.is_some() => format!(
-                            "unknown label {:?}; the classes are {} ({of} classes)",
-                            other.text(),
-                            names.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
-                        ),
-                        other => format!(
-                            "label {:?} names a class, but other lines give class indices; use one kind of label",
-                            other.text()
-                        ),
-                    };
-                    return Err(line_error(*line, why));
-                };
-                indices.push(class);
-            }
+            let mut indices = set
+                .iter()
+                .map(|t| class_of(t, of))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|why| line_error(*line, why))?;
             indices.sort_unstable();
             indices.dedup();
             items.push(Item {
@@ -468,6 +529,10 @@ impl Dataset {
         Ok(Self::from_items(items, class_names))
     }
 }
+
+/// The most classes a multi-label manifest of indices may imply without a class list (more
+/// when at least an eighth of them are seen).
+const MAX_UNLISTED_CLASSES: usize = 100_000;
 
 /// A CSV cell as a label of `kind`.
 fn cell_of_text(text: &str, kind: LabelKind) -> std::result::Result<Cell, String> {
@@ -558,6 +623,9 @@ fn set_of_json(value: &serde_json::Value) -> std::result::Result<Cell, String> {
     let one = |v: &serde_json::Value| match class_of_json(v) {
         Ok(cell) => Ok(cell),
         Err(_) if v.is_array() => Err(format!("label {v} is a list inside a list")),
+        Err(_) if v.is_string() => Err(format!(
+            "label {v} is not one class name; give each class as an element of the list"
+        )),
         Err(why) => Err(why),
     };
     match value {
@@ -746,8 +814,14 @@ fn label_of(text: &str) -> std::result::Result<Cell, String> {
              name: {READ_AS_VALUES}"
         ));
     }
-    // "0 1" or "0.2;0.8" is a list, not a class named so: read as a name it would give each
-    // combination a class of its own.
+    // "0 1", "0.2;0.8" or "cat|dog" is a list, not a class named so: read as a name it would
+    // give each combination a class of its own.
+    if let Some(sep) = text.chars().find(|c| matches!(c, ';' | '|')) {
+        return Err(format!(
+            "label {text:?} holds {sep:?}, which separates several classes; {READ_AS_MULTI} \
+             (a class name cannot hold ; or |)"
+        ));
+    }
     let tokens: Vec<&str> = text
         .split(|c: char| c.is_whitespace() || c == ';' || c == '|')
         .filter(|t| !t.is_empty())
@@ -799,6 +873,11 @@ fn parse_csv(text: &str, kind: LabelKind) -> Result<Vec<(usize, RowKey, Cell)>> 
                 columns = header;
                 continue;
             }
+            if let Some(name) = misnamed_label_column(&fields) {
+                return Err(bad(format!(
+                    "{name:?} is not a label column name: name it label (or class)"
+                )));
+            }
             if fields.len() == 1 {
                 columns.label = None;
             }
@@ -846,6 +925,24 @@ fn parse_csv(text: &str, kind: LabelKind) -> Result<Vec<(usize, RowKey, Cell)>> 
         ));
     }
     Ok(out)
+}
+
+/// A header's label column under a name that is not read (`labels`, `target`, ...): read as
+/// data, the header would become a sample and its label a class.
+fn misnamed_label_column<'a>(fields: &[&'a str]) -> Option<&'a str> {
+    let is = |f: &str, names: &[&str]| names.iter().any(|n| f.eq_ignore_ascii_case(n));
+    if !fields.iter().any(|f| is(f, &["key", "path", "file"])) {
+        return None;
+    }
+    fields
+        .iter()
+        .find(|f| {
+            is(
+                f,
+                &["labels", "target", "targets", "cls", "y", "classes", "tags"],
+            )
+        })
+        .copied()
 }
 
 /// Where a CSV manifest's fields are.
@@ -1299,7 +1396,7 @@ b.npy,1 0
         // A class list fixes the width and the names; "7" is a name when there is one.
         let classes: Vec<String> = ["cat", "dog", "7"].map(String::from).to_vec();
         let d = Dataset::parse_manifest_as(
-            "a,dog 7\nb,0\n",
+            "a,dog 7\nb,cat\n",
             Csv,
             LabelKind::MultiLabel,
             Some(&classes),
@@ -1312,7 +1409,7 @@ b.npy,1 0
                 "a,cat 1\n",
                 Csv,
                 None,
-                "line 1: label 1 is a class index, but other lines name classes",
+                "line 1: label 1 is a class index, but other labels name classes",
             ),
             (
                 "a,1\nb,cat\n",
@@ -1326,7 +1423,26 @@ b.npy,1 0
                 None,
                 "line 1: label \"0.5\" is a number but not an integer",
             ),
-            ("a,-1\n", Csv, None, "no line names a class"),
+            ("a,-1\n", Csv, None, "line 1: label -1 is not a class index"),
+            ("a,\n", Csv, None, "no line gives a class"),
+            (
+                "a,1\nb,4000000000\n",
+                Csv,
+                None,
+                "line 2: class index 4000000000 would make",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":[7,\"7\"]}\n",
+                JsonLines,
+                None,
+                "label 7 is a class index, but other labels name classes",
+            ),
+            (
+                "{\"key\":\"a\",\"label\":[\"0 1\"]}\n",
+                JsonLines,
+                None,
+                "give each class as an element of the list",
+            ),
             (
                 "a,cow\n",
                 Csv,
@@ -1375,7 +1491,7 @@ b.npy,1 0
         assert!(err.contains("the label is a list; read several classes per sample as LabelKind::MultiLabel (Python: labels=\"multi\")"), "{err}");
         for text in [
             "a,0 1\n",
-            "a,0.2;0.8\n",
+            "a,1 2.5\n",
             "{\"key\":\"a\",\"label\":\"3 4\"}\n",
         ] {
             let format = ManifestFormat::from_name(if text.starts_with('{') {

@@ -33,7 +33,7 @@ impl Dataset {
         webdataset: &WebDataset,
     ) -> Result<Dataset> {
         if let Some(m) = manifest {
-            return Dataset::manifest_as(&**store, m.key, m.labels, None).await;
+            return Dataset::manifest_as(&**store, m.key, m.labels, m.classes).await;
         }
         if is_shard_url(url) {
             let shards = split_url(url)?.1.unwrap_or_default();

@@ -1,6 +1,6 @@
 """Type stubs of loader_ml's extension module (the Python API is in ``loader_ml``)."""
 
-from typing import Any
+from typing import Any, Literal
 
 __version__: str
 
@@ -28,6 +28,7 @@ class Dataset:
         storage_options: dict[str, str] | None = None,
         fields: list[str] | None = None,
         labels: str | None = None,
+        classes: list[str] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property
@@ -36,7 +37,7 @@ class Dataset:
     @property
     def labelled(self) -> bool: ...
     @property
-    def label_kind(self) -> str:
+    def label_kind(self) -> Literal["class", "multi", "values"]:
         """``"class"``, ``"multi"`` or ``"values"``: what its labels are."""
     def __getitem__(self, index: int) -> tuple[str, int | float | list[float] | list[int]]:
         """``(key, label)`` of sample ``index``: a class (-1 for none), a number, a list

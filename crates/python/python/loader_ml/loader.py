@@ -465,6 +465,9 @@ class DataLoader:
             multi-hot float32 ``[N, classes]``, ready for ``BCEWithLogitsLoss``) or
             ``"values"`` (numbers: one per sample, float32 ``[N]``, or a list of one
             length, ``[N, K]``).
+        classes: the classes the manifest's labels must be among, in index order (e.g.
+            ``train_loader.dataset.classes`` for a validation manifest, so indices and
+            multi-hot columns agree); a label outside them is an error naming its line.
         rank, world_size: this process's share of every epoch (default: from
             torch.distributed's process group when it is initialised, else ``RANK`` and
             ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
@@ -549,6 +552,7 @@ class DataLoader:
         storage_options: dict[str, str] | None = None,
         manifest: str | None = None,
         labels: Literal["class", "multi", "values"] | None = None,
+        classes: Sequence[str] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         skip_errors: int | None = None,
@@ -589,10 +593,11 @@ class DataLoader:
         names = None if planned is None else [f.name for f in planned]
         if isinstance(dataset, (str, os.PathLike)):
             dataset = Dataset(os.fspath(dataset), manifest=manifest, labels=labels,
+                              classes=None if classes is None else list(classes),
                               storage_options=storage_options, fields=names)
-        elif manifest is not None or storage_options is not None or labels is not None:
-            raise ConfigError("manifest, labels and storage_options belong to the Dataset "
-                              "given: open it with them, or give the URL")
+        elif any(v is not None for v in (manifest, storage_options, labels, classes)):
+            raise ConfigError("manifest, labels, classes and storage_options belong to the "
+                              "Dataset given: open it with them, or give the URL")
         elif dataset.num_shards and dataset.fields != names:
             raise ConfigError(
                 f"fields={names!r}, but the Dataset given was opened with fields="
@@ -780,8 +785,8 @@ class DataLoader:
         if not isinstance(self._settings["dataset"], (str, os.PathLike)):
             raise TypeError(
                 "a DataLoader made from a Dataset object cannot be pickled (the Dataset "
-                "holds open storage); make it from the URL, with manifest= and "
-                "storage_options=, to pickle it")
+                "holds open storage); make it from the URL, with manifest=, labels=, "
+                "classes= and storage_options=, to pickle it")
         try:
             state = self.state_dict() if self._pass > 0 else None
         except ConfigError as e:
