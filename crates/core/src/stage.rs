@@ -31,7 +31,7 @@ pub(crate) fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Samp
     let stage = move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
         let reuse = match pipeline.output() {
             Output::F32Chw { .. } => SampleData::F32(shared.f32_samples.take(0)),
-            Output::U8Hwc => SampleData::U8(shared.u8_samples.take(0)),
+            Output::U8Hwc | Output::U8Chw => SampleData::U8(shared.u8_samples.take(0)),
         };
         let key = SampleKey {
             epoch: info.epoch,

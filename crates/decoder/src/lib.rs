@@ -36,9 +36,11 @@
 //!
 //! `decode` (JPEG by zune-jpeg, PNG) and `formats` (the others), over `format` (sniffing),
 //! `options` (budget, channels) and `jpeg_markers`, below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
-//! rectangles, torchvision's draws); `pipeline/` composes them into a seeded pipeline;
+//! rectangles, torchvision's draws); `augment/` (torchvision's colour, level, blur, warp and erasing steps, to Pillow's bytes);
+//! `pipeline/` composes them into a seeded pipeline;
 //! `spec` is the pipeline as data (torchvision's names) for front ends; `error`.
 
+mod augment;
 mod decode;
 mod error;
 mod format;
@@ -51,6 +53,10 @@ mod pipeline;
 mod resize;
 mod spec;
 
+pub use augment::{
+    ColorJitter, EraseValue, Fill, GaussianBlur, Interpolation, RandAugment, RandomAffine,
+    RandomErasing, RandomRotation, TrivialAugmentWide,
+};
 pub use decode::decode;
 pub use error::{DecodeError, DecodeErrorKind, Result};
 pub use format::Format;
@@ -61,4 +67,4 @@ pub use pipeline::{
     Transform,
 };
 pub use resize::Filter;
-pub use spec::{Size, TRANSFORM_STEPS, TransformSpec};
+pub use spec::{Amount, EraseWith, Interp, Size, TRANSFORM_STEPS, TransformSpec};

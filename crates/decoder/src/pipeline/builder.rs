@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::{Inner, Output, Pipeline, Transform};
+use crate::augment::{EraseValue, RandomErasing};
 use crate::resize::Filter;
 use crate::{DecodeError, DecodeErrorKind, DecodeOptions, Result};
 
@@ -13,6 +14,7 @@ pub struct PipelineBuilder {
     pub(super) output: Output,
     pub(super) decode: DecodeOptions,
     pub(super) seed: u64,
+    pub(super) erasing: Vec<RandomErasing>,
 }
 
 impl PipelineBuilder {
@@ -63,6 +65,22 @@ impl PipelineBuilder {
         self
     }
 
+    /// `ToImage()` (or `PILToTensor()`): u8 CHW, as a tensor of the pixels.
+    pub fn to_image(mut self) -> Self {
+        self.output = Output::U8Chw;
+        self
+    }
+
+    /// `RandomErasing(...)` on the output (after [`to_tensor_normalized`] or
+    /// [`to_image`]); several run in order.
+    ///
+    /// [`to_tensor_normalized`]: Self::to_tensor_normalized
+    /// [`to_image`]: Self::to_image
+    pub fn random_erasing(mut self, erasing: RandomErasing) -> Self {
+        self.erasing.push(erasing);
+        self
+    }
+
     /// Keep u8 HWC pixels (the default output).
     pub fn to_u8(mut self) -> Self {
         self.output = Output::U8Hwc;
@@ -108,11 +126,14 @@ impl PipelineBuilder {
                 Transform::RandomHorizontalFlip { p } if !(0.0..=1.0).contains(&p) => {
                     return Err(invalid(format!("flip probability {p}")));
                 }
-                _ => {}
+                _ => check_augment(t).map_err(invalid)?,
             }
         }
+        for e in &self.erasing {
+            check_erasing(e, &self.output).map_err(invalid)?;
+        }
         let lut = match &self.output {
-            Output::U8Hwc => Vec::new(),
+            Output::U8Hwc | Output::U8Chw => Vec::new(),
             Output::F32Chw { mean, std } => {
                 if mean.len() != std.len()
                     || mean.is_empty()
@@ -132,8 +153,150 @@ impl PipelineBuilder {
                 output: self.output,
                 decode: self.decode,
                 seed: self.seed,
+                erasing: self.erasing,
                 lut,
             }),
         })
     }
+}
+
+fn range_ok((lo, hi): (f64, f64)) -> bool {
+    lo.is_finite() && hi.is_finite() && lo <= hi
+}
+
+/// The parameters torchvision would refuse (or that would make no sense), said in its terms.
+fn check_augment(t: &Transform) -> std::result::Result<(), String> {
+    match t {
+        Transform::ColorJitter(j) => {
+            for (name, r) in [
+                ("brightness", j.brightness),
+                ("contrast", j.contrast),
+                ("saturation", j.saturation),
+            ] {
+                if let Some(r) = r
+                    && (!range_ok(r) || r.0 < 0.0)
+                {
+                    return Err(format!(
+                        "ColorJitter {name} range {r:?}: non-negative, min <= max"
+                    ));
+                }
+            }
+            if let Some(r) = j.hue
+                && (!range_ok(r) || r.0 < -0.5 || r.1 > 0.5)
+            {
+                return Err(format!(
+                    "ColorJitter hue range {r:?}: within -0.5 to 0.5, min <= max"
+                ));
+            }
+        }
+        Transform::RandAugment(a) => {
+            if a.num_magnitude_bins < 2 || a.magnitude >= a.num_magnitude_bins {
+                return Err(format!(
+                    "RandAugment(magnitude={}, num_magnitude_bins={}): at least 2 bins and a \
+                     magnitude below their number",
+                    a.magnitude, a.num_magnitude_bins
+                ));
+            }
+            if a.num_ops > 64 {
+                return Err(format!("RandAugment(num_ops={}): at most 64", a.num_ops));
+            }
+        }
+        Transform::TrivialAugmentWide(a) if a.num_magnitude_bins < 2 => {
+            return Err(format!(
+                "TrivialAugmentWide(num_magnitude_bins={}): at least 2",
+                a.num_magnitude_bins
+            ));
+        }
+        Transform::GaussianBlur(b) => {
+            let (kx, ky) = b.kernel;
+            if kx % 2 == 0 || ky % 2 == 0 || kx > 1001 || ky > 1001 {
+                return Err(format!(
+                    "GaussianBlur kernel_size ({kx}, {ky}): odd and positive, at most 1001"
+                ));
+            }
+            if !range_ok(b.sigma) || b.sigma.0 <= 0.0 {
+                return Err(format!(
+                    "GaussianBlur sigma {:?}: positive, min <= max",
+                    b.sigma
+                ));
+            }
+        }
+        Transform::RandomRotation(r) if !range_ok(r.degrees) => {
+            return Err(format!(
+                "RandomRotation degrees {:?}: min <= max",
+                r.degrees
+            ));
+        }
+        Transform::RandomAffine(a) => {
+            if !range_ok(a.degrees) {
+                return Err(format!("RandomAffine degrees {:?}: min <= max", a.degrees));
+            }
+            if let Some((x, y)) = a.translate
+                && !((0.0..=1.0).contains(&x) && (0.0..=1.0).contains(&y))
+            {
+                return Err(format!(
+                    "RandomAffine translate ({x}, {y}): each between 0 and 1"
+                ));
+            }
+            if let Some(s) = a.scale
+                && (!range_ok(s) || s.0 <= 0.0)
+            {
+                return Err(format!("RandomAffine scale {s:?}: positive, min <= max"));
+            }
+            if let Some([a0, a1, b0, b1]) = a.shear
+                && (!range_ok((a0, a1)) || !range_ok((b0, b1)))
+            {
+                return Err(format!("RandomAffine shear {:?}: min <= max", a.shear));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_erasing(e: &RandomErasing, output: &Output) -> std::result::Result<(), String> {
+    if !(0.0..=1.0).contains(&e.p) {
+        return Err(format!("RandomErasing p={}: between 0 and 1", e.p));
+    }
+    if !range_ok(e.scale) || e.scale.0 < 0.0 || e.scale.1 > 1.0 {
+        return Err(format!(
+            "RandomErasing scale {:?}: within 0 to 1, min <= max",
+            e.scale
+        ));
+    }
+    if !range_ok(e.ratio) || e.ratio.0 <= 0.0 {
+        return Err(format!(
+            "RandomErasing ratio {:?}: positive, min <= max",
+            e.ratio
+        ));
+    }
+    match (&e.value, output) {
+        (_, Output::U8Hwc) => {
+            return Err(
+                "RandomErasing runs on a tensor: put it after ToTensor, ToImage or ToDtype".into(),
+            );
+        }
+        (EraseValue::Random, Output::U8Chw) => {
+            return Err(
+                "RandomErasing(value='random') on a uint8 tensor: normal noise is not a \
+                        byte; put it after ToDtype(torch.float32, scale=True)"
+                    .into(),
+            );
+        }
+        (EraseValue::Constant(v), _) if !(v.len() == 1 || v.len() == 3) => {
+            return Err(format!(
+                "RandomErasing value {v:?}: one value, or one per channel"
+            ));
+        }
+        (EraseValue::Constant(v), Output::U8Chw)
+            if v.iter()
+                .any(|x| x.fract() != 0.0 || !(0.0..=255.0).contains(x)) =>
+        {
+            return Err(format!(
+                "RandomErasing value {v:?} on a uint8 tensor: whole numbers from 0 to 255"
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
 }

@@ -22,6 +22,7 @@ use view::{View, pad};
 use crate::decode::decode_reusing;
 use crate::geometry::{self, Rect};
 
+use crate::augment::RandomErasing;
 use crate::{DecodeOptions, Image, Result};
 
 /// ImageNet's per-channel mean, for [`Output::F32Chw`].
@@ -35,6 +36,8 @@ struct Inner {
     output: Output,
     decode: DecodeOptions,
     seed: u64,
+    /// `RandomErasing` steps, run on the output in order.
+    erasing: Vec<RandomErasing>,
     /// `((v / 255) - mean[c]) / std[c]` for every byte value, per channel: exact and fast.
     lut: Vec<[f32; 256]>,
 }
@@ -86,6 +89,7 @@ impl Pipeline {
             output: Output::U8Hwc,
             decode: DecodeOptions::default(),
             seed: 0,
+            erasing: Vec::new(),
         }
     }
 
@@ -123,16 +127,18 @@ impl Pipeline {
     }
 
     /// The shape of every output when the last resizing step fixes it (a crop), for
-    /// 3-channel input: `[C, H, W]` for f32, `[H, W, C]` for u8.
+    /// 3-channel input: `[H, W, C]` for u8 HWC, `[C, H, W]` for the others.
     pub fn output_shape(&self) -> Option<[usize; 3]> {
         let (h, w) = self.inner.transforms.iter().rev().find_map(|t| match *t {
             Transform::CenterCrop { height, width }
             | Transform::RandomResizedCrop { height, width, .. } => Some(Some((height, width))),
             Transform::Resize { .. } => Some(None),
-            Transform::RandomHorizontalFlip { .. } => None,
+            Transform::RandomRotation(ref r) if r.expand => Some(None),
+            _ => None,
         })??;
         Some(match &self.inner.output {
             Output::U8Hwc => [h, w, 3],
+            Output::U8Chw => [3, h, w],
             Output::F32Chw { mean, .. } => [mean.len(), h, w],
         })
     }
@@ -151,8 +157,10 @@ impl Pipeline {
         out: &mut [f32],
     ) -> Result<[usize; 3]> {
         with_pixels(bytes, &self.inner.decode, |image| {
-            let view = self.transform(image, key)?;
-            self.write_f32(&view, out)
+            let (view, mut rng) = self.transform(image, key)?;
+            let shape = self.write_f32(&view, out)?;
+            self.erase_f32(&mut rng, out, shape);
+            Ok(shape)
         })
     }
 
@@ -172,10 +180,10 @@ impl Pipeline {
     }
 
     fn apply_reusing(&self, image: &Image, key: SampleKey, reuse: SampleData) -> Result<Sample> {
-        let view = self.transform(image, key)?;
+        let (view, mut rng) = self.transform(image, key)?;
         let (h, w, c) = (view.rect.h, view.rect.w, view.image.channels);
         match self.inner.output {
-            Output::U8Hwc => {
+            Output::U8Hwc | Output::U8Chw => {
                 let mut out = match reuse {
                     SampleData::U8(v) => v,
                     SampleData::F32(_) => Vec::new(),
@@ -183,6 +191,7 @@ impl Pipeline {
                 out.clear();
                 out.resize(h * w * c, 0);
                 let shape = self.write_u8(&view, &mut out)?;
+                self.erase_u8(&mut rng, &mut out, shape);
                 Ok(Sample {
                     shape,
                     data: SampleData::U8(out),
@@ -193,7 +202,11 @@ impl Pipeline {
                     SampleData::F32(v) => v,
                     SampleData::U8(_) => Vec::new(),
                 };
-                self.push_f32(&view, out)
+                let mut sample = self.push_f32(&view, out)?;
+                if let SampleData::F32(data) = &mut sample.data {
+                    self.erase_f32(&mut rng, data, sample.shape);
+                }
+                Ok(sample)
             }
         }
     }
@@ -205,22 +218,44 @@ impl Pipeline {
         key: SampleKey,
         out: &mut [f32],
     ) -> Result<[usize; 3]> {
-        let view = self.transform(image, key)?;
-        self.write_f32(&view, out)
+        let (view, mut rng) = self.transform(image, key)?;
+        let shape = self.write_f32(&view, out)?;
+        self.erase_f32(&mut rng, out, shape);
+        Ok(shape)
     }
 
-    /// Transform a decoded image into `out` as u8 HWC; returns the shape written.
+    /// Transform a decoded image into `out` as u8 (HWC, or CHW after `ToImage`); returns
+    /// the shape written.
     pub fn apply_into_u8(
         &self,
         image: &Image,
         key: SampleKey,
         out: &mut [u8],
     ) -> Result<[usize; 3]> {
-        let view = self.transform(image, key)?;
-        self.write_u8(&view, out)
+        let (view, mut rng) = self.transform(image, key)?;
+        let shape = self.write_u8(&view, out)?;
+        self.erase_u8(&mut rng, out, shape);
+        Ok(shape)
     }
 
-    fn transform<'a>(&self, image: &'a Image, key: SampleKey) -> Result<View<'a>> {
+    fn erase_f32(&self, rng: &mut ChaCha8Rng, out: &mut [f32], shape: [usize; 3]) {
+        if let Output::F32Chw { mean, std } = &self.inner.output {
+            for e in &self.inner.erasing {
+                e.apply_f32(rng, out, shape, mean, std);
+            }
+        }
+    }
+
+    fn erase_u8(&self, rng: &mut ChaCha8Rng, out: &mut [u8], shape: [usize; 3]) {
+        if self.inner.output == Output::U8Chw {
+            for e in &self.inner.erasing {
+                e.apply_u8(rng, out, shape);
+            }
+        }
+    }
+
+    /// The sample's steps on the image; the random stream goes on to the output's steps.
+    fn transform<'a>(&self, image: &'a Image, key: SampleKey) -> Result<(View<'a>, ChaCha8Rng)> {
         let seed = mix(mix(mix(self.inner.seed) ^ key.epoch) ^ key.index);
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut view = View {
@@ -296,8 +331,33 @@ impl Pipeline {
                         view.flip = !view.flip;
                     }
                 }
+                Transform::ColorJitter(ref jitter) => {
+                    let mut image = view.take_image();
+                    jitter.apply(&mut image, &mut rng);
+                    view.replace(image);
+                }
+                Transform::RandAugment(ref policy) => {
+                    let image = policy.apply(view.take_image(), &mut rng);
+                    view.replace(image);
+                }
+                Transform::TrivialAugmentWide(ref policy) => {
+                    let image = policy.apply(view.take_image(), &mut rng);
+                    view.replace(image);
+                }
+                Transform::GaussianBlur(ref blur) => {
+                    let image = blur.apply(&view.take_image(), &mut rng)?;
+                    view.replace(image);
+                }
+                Transform::RandomRotation(ref rotation) => {
+                    let image = rotation.apply(&view.take_image(), &mut rng);
+                    view.replace(image);
+                }
+                Transform::RandomAffine(ref affine) => {
+                    let image = affine.apply(&view.take_image(), &mut rng);
+                    view.replace(image);
+                }
             }
         }
-        Ok(view)
+        Ok((view, rng))
     }
 }

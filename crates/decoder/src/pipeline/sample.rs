@@ -1,6 +1,9 @@
 //! What a pipeline takes and gives: its steps, the key that seeds a sample's draws, its
 //! output format and the sample it makes.
 
+use crate::augment::{
+    ColorJitter, GaussianBlur, RandAugment, RandomAffine, RandomRotation, TrivialAugmentWide,
+};
 use crate::resize::Filter;
 
 /// Identifies a sample for its augmentation: the same key gets the same random draws on
@@ -48,6 +51,18 @@ pub enum Transform {
         /// Probability of flipping.
         p: f64,
     },
+    /// `ColorJitter(brightness, contrast, saturation, hue)`.
+    ColorJitter(ColorJitter),
+    /// `RandAugment(...)`.
+    RandAugment(RandAugment),
+    /// `TrivialAugmentWide(...)`.
+    TrivialAugmentWide(TrivialAugmentWide),
+    /// `GaussianBlur(kernel_size, sigma)`.
+    GaussianBlur(GaussianBlur),
+    /// `RandomRotation(...)`.
+    RandomRotation(RandomRotation),
+    /// `RandomAffine(...)`.
+    RandomAffine(RandomAffine),
 }
 
 /// What a pipeline hands back.
@@ -55,6 +70,8 @@ pub enum Transform {
 pub enum Output {
     /// The pixels as they are: u8, height × width × channels.
     U8Hwc,
+    /// `ToImage()` / `PILToTensor()`: u8, channels × height × width.
+    U8Chw,
     /// `ToTensor` then `Normalize(mean, std)`: f32, channels × height × width. Give one
     /// mean and std per channel (mean 0 and std 1 for `ToTensor` alone).
     F32Chw {
@@ -68,13 +85,13 @@ pub enum Output {
 /// The pixels a pipeline produced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SampleData {
-    /// For [`Output::U8Hwc`].
+    /// For [`Output::U8Hwc`] and [`Output::U8Chw`].
     U8(Vec<u8>),
     /// For [`Output::F32Chw`].
     F32(Vec<f32>),
 }
 
-/// A transformed sample: its data and shape (`[H, W, C]` for u8, `[C, H, W]` for f32).
+/// A transformed sample: its data and shape (`[H, W, C]` for u8 HWC, `[C, H, W]` for the others).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// The shape, in the layout of the data.

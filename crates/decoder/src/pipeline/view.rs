@@ -53,6 +53,26 @@ impl View<'_> {
         }
     }
 
+    /// The pixels as shown, owned: moved out when the view is the whole of an owned,
+    /// unflipped image (after a resize), copied otherwise. The view is left empty until
+    /// [`replace`](Self::replace).
+    pub(super) fn take_image(&mut self) -> Image {
+        let whole = self.rect.x == 0
+            && self.rect.y == 0
+            && self.rect.w == self.image.width
+            && self.rect.h == self.image.height;
+        if whole && !self.flip && matches!(self.image, Cow::Owned(_)) {
+            let empty = Image {
+                width: 0,
+                height: 0,
+                channels: self.image.channels,
+                data: Vec::new(),
+            };
+            return std::mem::replace(&mut self.image, Cow::Owned(empty)).into_owned();
+        }
+        self.materialize()
+    }
+
     pub(super) fn replace(&mut self, image: Image) {
         self.rect = Rect {
             x: 0,

@@ -1,12 +1,25 @@
-//! A pipeline's output: the view's pixels as u8 HWC or as normalized f32 CHW.
+//! A pipeline's output: the view's pixels as u8 HWC, u8 CHW or normalized f32 CHW.
 
-use super::{Pipeline, Sample, SampleData, View};
+use super::{Output, Pipeline, Sample, SampleData, View};
 use crate::{DecodeError, DecodeErrorKind, Result};
 
 impl Pipeline {
     pub(super) fn write_u8(&self, view: &View<'_>, out: &mut [u8]) -> Result<[usize; 3]> {
         let (r, c) = (view.rect, view.image.channels);
         check_len(out.len(), r.h * r.w * c)?;
+        if *self.output() == Output::U8Chw {
+            let plane = r.h * r.w;
+            for y in 0..r.h {
+                let row = &view.image.data[((r.y + y) * view.image.width + r.x) * c..][..r.w * c];
+                for (x, px) in row.chunks_exact(c).enumerate() {
+                    let x = if view.flip { r.w - 1 - x } else { x };
+                    for (ch, v) in px.iter().enumerate() {
+                        out[ch * plane + y * r.w + x] = *v;
+                    }
+                }
+            }
+            return Ok([c, r.h, r.w]);
+        }
         for (y, row_out) in out.chunks_exact_mut(r.w * c).enumerate() {
             let row = &view.image.data[((r.y + y) * view.image.width + r.x) * c..][..r.w * c];
             if view.flip {

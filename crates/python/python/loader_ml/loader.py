@@ -205,69 +205,141 @@ def _size(value: Any) -> Any:
     return sizes[0] if len(sizes) == 1 else sizes
 
 
-def _floats(value: Any) -> Any:
-    """A number, or numbers (a list, tuple or array) as a list of floats."""
-    if isinstance(value, numbers.Real):
-        return float(value)
-    return [float(v) for v in value]
+class NotNative(ConfigError):
+    """A torchvision transform, or one of its settings, the native pipeline does not run:
+    it and the steps after it run in Python (see :class:`PythonTail`)."""
 
 
-def _bilinear_antialiased(name: str, step: Any) -> None:
-    """Refuse an interpolation or antialias setting the native resize does not run: it is
-    bilinear and antialiased, as torchvision's on PIL images."""
-    interpolation = str(getattr(step, "interpolation", "bilinear")).lower()
-    if "bilinear" not in interpolation:
-        raise ConfigError(
-            f"{name} with {interpolation}: the native resize is bilinear only; pass the "
-            "pipeline as a callable for other interpolations")
+def _interpolation(name: str, step: Any, allowed: tuple[str, ...]) -> str:
+    mode = getattr(step, "interpolation", allowed[0])
+    mode = str(getattr(mode, "value", mode)).lower()
+    if mode not in allowed:
+        raise NotNative(f"{name} with {mode} interpolation (native: {', '.join(allowed)})")
+    return mode
+
+
+def _resize_interpolation(name: str, step: Any) -> str:
+    """The native resize is antialiased bilinear or bicubic, as torchvision's on PIL."""
+    mode = _interpolation(name, step, ("bilinear", "bicubic"))
     if getattr(step, "antialias", True) is False:
-        raise ConfigError(
-            f"{name}(antialias=False): the native resize is antialiased (as torchvision's "
-            "on PIL images always is); drop antialias=False or pass a callable")
+        raise NotNative(f"{name}(antialias=False)")
+    return mode
+
+
+def _fill(name: str, step: Any) -> Any:
+    fill = getattr(step, "fill", None)
+    if fill is None or isinstance(fill, numbers.Real):
+        return fill
+    if isinstance(fill, dict):
+        raise NotNative(f"{name}(fill=<per type>)")
+    return [float(v) for v in fill]
+
+
+def _pair(value: Any) -> Any:
+    return None if value is None else [float(v) for v in value]
 
 
 def _torchvision_step(step: Any) -> dict[str, Any]:
     """A torchvision transform object as a native step. Every parameter of the class is
-    read: one the native pipeline would not honour is refused, so nothing trains on other
-    pixels than asked for."""
+    read: one the native pipeline would not honour raises :class:`NotNative`, so it runs in
+    torchvision itself rather than as something else."""
     name = type(step).__name__
     if name == "Resize":
         size = step.size
         if not isinstance(size, int) and len(size) != 1:
-            raise ConfigError(f"Resize({size}): only Resize(int), the shorter side, is native")
+            raise NotNative(f"Resize({size}) (native: Resize(int), the shorter side)")
         if getattr(step, "max_size", None) is not None:
-            raise ConfigError("Resize(max_size=...) has no native equivalent")
-        _bilinear_antialiased(name, step)
-        return {"step": "Resize", "size": _size(size)}
+            raise NotNative("Resize(max_size=...)")
+        return {"step": "Resize", "size": _size(size),
+                "interpolation": _resize_interpolation(name, step)}
     if name == "CenterCrop":
         return {"step": "CenterCrop", "size": _size(step.size)}
     if name == "RandomResizedCrop":
-        _bilinear_antialiased(name, step)
         return {"step": "RandomResizedCrop", "size": _size(step.size),
-                "scale": [*map(float, step.scale)], "ratio": [*map(float, step.ratio)]}
+                "scale": [*map(float, step.scale)], "ratio": [*map(float, step.ratio)],
+                "interpolation": _resize_interpolation(name, step)}
     if name == "RandomHorizontalFlip":
         return {"step": "RandomHorizontalFlip", "p": float(step.p)}
-    if name == "ToTensor":
-        return {"step": "ToTensor"}
+    if name == "ColorJitter":
+        return {"step": name, **{f: _pair(getattr(step, f))
+                                 for f in ("brightness", "contrast", "saturation", "hue")}}
+    if name == "RandAugment":
+        return {"step": name, "num_ops": int(step.num_ops), "magnitude": int(step.magnitude),
+                "num_magnitude_bins": int(step.num_magnitude_bins),
+                "interpolation": _interpolation(name, step, ("nearest", "bilinear")),
+                "fill": _fill(name, step)}
+    if name == "TrivialAugmentWide":
+        return {"step": name, "num_magnitude_bins": int(step.num_magnitude_bins),
+                "interpolation": _interpolation(name, step, ("nearest", "bilinear")),
+                "fill": _fill(name, step)}
+    if name == "GaussianBlur":
+        return {"step": name, "kernel_size": [int(k) for k in step.kernel_size],
+                "sigma": _pair(step.sigma)}
+    if name == "RandomRotation":
+        return {"step": name, "degrees": _pair(step.degrees),
+                "interpolation": _interpolation(name, step, ("nearest", "bilinear")),
+                "expand": bool(step.expand), "center": _pair(step.center),
+                "fill": _fill(name, step)}
+    if name == "RandomAffine":
+        return {"step": name, "degrees": _pair(step.degrees), "translate": _pair(step.translate),
+                "scale": _pair(step.scale), "shear": _pair(step.shear),
+                "interpolation": _interpolation(name, step, ("nearest", "bilinear")),
+                "fill": _fill(name, step), "center": _pair(step.center)}
+    if name in ("ToTensor", "ToImage", "PILToTensor"):
+        return {"step": name}
+    if name == "ToDtype":
+        import torch
+
+        if step.dtype is not torch.float32 or not step.scale:
+            raise NotNative(f"ToDtype({step.dtype}, scale={step.scale}) (native: "
+                            "ToDtype(torch.float32, scale=True))")
+        return {"step": name, "dtype": "float32", "scale": True}
     if name == "Normalize":
+        if getattr(step, "inplace", False):
+            pass  # in place or not, the values are the same
         return {"step": "Normalize", "mean": [*map(float, step.mean)],
                 "std": [*map(float, step.std)]}
-    raise ConfigError(_not_native(step))
+    if name == "RandomErasing":
+        value = step.value
+        value = "random" if value is None or isinstance(value, str) else (
+            float(value) if isinstance(value, numbers.Real) else [float(v) for v in value])
+        return {"step": name, "p": float(step.p), "scale": _pair(step.scale),
+                "ratio": _pair(step.ratio), "value": value}
+    raise NotNative(f"{name} (native: {', '.join(_NATIVE_STEPS)})")
 
 
-def _not_native(step: Any) -> str:
-    name = type(step).__name__
-    return (
-        f"{name} is a torchvision transform loader_ml does not run natively (native: "
-        f"{', '.join(_NATIVE_STEPS)}); pass the whole pipeline as a callable instead, e.g. "
-        "transform=lambda image: pipeline(PIL.Image.fromarray(image)) (it gets a uint8 HWC "
-        "numpy array and runs on the decode threads)")
+# Steps on a tensor: a Python tail that starts after one of them would get a tensor, so
+# the tail starts at the first of them instead, and gets the PIL image.
+_TENSOR_STEPS = frozenset({"ToTensor", "ToImage", "PILToTensor", "ToDtype", "Normalize",
+                           "ImageNetNormalize", "RandomErasing"})
 
 
-def _steps(spec: Any) -> list[dict[str, Any]]:
+class PythonTail:
+    """The steps after the native ones, run in Python on the decode threads (under the
+    GIL): the first gets the natively transformed image as a PIL image (what torchvision
+    gives it in a ``Compose``). Their random draws are torch's own generator's, so unlike
+    the native steps' they are not the same on every run."""
+
+    def __init__(self, steps: list[Any]) -> None:
+        self.steps = steps
+
+    def __call__(self, array: Any) -> Any:
+        from PIL import Image
+
+        x = Image.fromarray(array)
+        for step in self.steps:
+            x = step(x)
+        return x
+
+    def __repr__(self) -> str:
+        return f"PythonTail({', '.join(type(s).__name__ for s in self.steps)})"
+
+
+def _steps(spec: Any) -> tuple[list[dict[str, Any]], PythonTail | None]:
     """Steps given as ``("Resize", 256)``, ``"ToTensor"``, ``("Normalize", mean, std)``,
     ``{"step": "Resize", "size": 256}`` or torchvision transform objects (a ``Compose`` too,
-    or one transform alone), as the native spec's dicts."""
+    or one transform alone), as the native spec's dicts; from the first torchvision
+    transform (or callable) that is not native on, the rest as a :class:`PythonTail`."""
     if type(spec).__name__ == "Compose" and _is_torchvision(spec):
         spec = spec.transforms
     elif _is_torchvision(spec):
@@ -277,7 +349,7 @@ def _steps(spec: Any) -> list[dict[str, Any]]:
             f"transform {spec!r}: give a name (\"imagenet_eval\"), a list of steps, a "
             "torchvision transform or Compose, or a callable")
     steps: list[dict[str, Any]] = []
-    for step in spec:
+    for at, step in enumerate(spec):
         if isinstance(step, str):
             step = (step,)
         if isinstance(step, dict):
@@ -291,15 +363,42 @@ def _steps(spec: Any) -> list[dict[str, Any]]:
             if len(args) > len(fields):
                 raise ConfigError(f"{name}{tuple(args)!r}: {name} takes {', '.join(fields)}")
             steps.append({"step": name, **{
-                field: _size(arg) if field == "size" else _floats(arg)
+                field: _size(arg) if field == "size" else _plain(arg)
                 for field, arg in zip(fields, args)}})
-        elif _is_torchvision(step):
-            steps.append(_torchvision_step(step))
+        elif _is_torchvision(step) or callable(step):
+            try:
+                if not _is_torchvision(step):
+                    raise NotNative(f"{step!r} is not a torchvision transform")
+                steps.append(_torchvision_step(step))
+            except NotNative:
+                # The tail starts here, or at the first tensor step before it.
+                head = next((i for i, s in enumerate(steps) if s["step"] in _TENSOR_STEPS),
+                            len(steps))
+                tail = [*spec[head:]]
+                for s in tail:
+                    if not (_is_torchvision(s) or callable(s)):
+                        raise ConfigError(
+                            f"transform step {s!r} comes after {type(step).__name__}, which "
+                            "runs in Python: give the steps after it as torchvision "
+                            "transforms or callables") from None
+                return steps[:head], PythonTail(tail)
         else:
             raise ConfigError(
                 f"transform step {step!r}: give (name, *args), a name, a dict, or a "
                 "torchvision transform")
-    return steps
+    return steps, None
+
+
+def _plain(value: Any) -> Any:
+    """A positional argument as JSON takes it: numbers stay ints or floats, sequences
+    become lists."""
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return [_plain(v) for v in value]
 
 
 def _check_extensions(dataset: Dataset, field: sample_fields.Field) -> None:
@@ -444,7 +543,13 @@ class DataLoader:
         transform: ``"imagenet_eval"`` or ``"imagenet_train"`` (float32 ``[3, 224, 224]``),
             torchvision-named steps (``[("Resize", 256), ("CenterCrop", 224), "ToTensor",
             ("Normalize", mean, std)]``, or torchvision's own transform objects, or their
-            ``Compose``), run natively; a callable taking a uint8 HWC numpy array and
+            ``Compose``), run natively: crops and resizes (bilinear or bicubic), flips,
+            ``ColorJitter``, ``RandAugment``, ``TrivialAugmentWide``, ``GaussianBlur``,
+            ``RandomRotation``, ``RandomAffine``, ``ToTensor``/``ToImage``/``ToDtype``,
+            ``Normalize`` and ``RandomErasing``, with Pillow's pixels. From the first
+            transform that is not native (or a setting that is not) on, the rest runs in
+            torchvision on the decode threads, on the natively cropped PIL image
+            (``python_tail`` says which). Or a callable taking a uint8 HWC numpy array and
             returning an array (HWC or CHW; uint8 stays, floats become float32), run on the
             decode threads under the GIL; or ``None`` for uint8 ``[H, W, C]`` images.
         num_workers: decode threads (default: the cores of this process shared by the
@@ -619,7 +724,9 @@ class DataLoader:
         elif callable(transform) and not _is_torchvision(transform):
             function = transform
         elif transform is not None:
-            steps = _steps(transform)
+            steps, function = _steps(transform)
+        #: The steps that run in Python after the native ones (None: all native).
+        self.python_tail = function if isinstance(function, PythonTail) else None
         worker = _torch_worker()
         if worker is not None and worker.num_workers > 1:
             # Each worker reads its rank's share: unless the share is split by worker too
