@@ -1,16 +1,17 @@
 //! A batch: one contiguous buffer plus its shape, labels, indices and keys; and the same
 //! taken apart into tensors for a foreign owner.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use loader_decoder::{Sample, SampleData};
 use loader_scheduler::{ItemError, RawBatch};
 
 use crate::Result;
-use crate::buffer::{Buffer, BufferPool, homed};
+use crate::buffer::{Buffer, BufferPool};
 use crate::error::CollateError;
 use crate::export::{HostTensor, Values};
 use crate::labels::labels_tensor;
+use crate::memory::BatchMemory;
 
 /// The values of a batch, in one contiguous buffer.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +94,16 @@ pub fn collate(raw: RawBatch<Sample>) -> Result<Batch> {
     collate_into(raw, &BufferPool::default())
 }
 
+/// [`collate`] into memory `memory` lends (e.g. torch's pinned allocator): the batch's
+/// values are written there once, and the block goes back to its lender when the batch is
+/// dropped.
+pub fn collate_in(raw: RawBatch<Sample>, memory: Arc<dyn BatchMemory>) -> Result<Batch> {
+    collate_into(
+        raw,
+        &BufferPool::lent_by(Arc::new(Mutex::new(Some(memory)))),
+    )
+}
+
 /// [`collate`] into a buffer of `pool`, to which the batch's buffer returns when dropped;
 /// the samples' buffers go to `pool` at once, for the decode threads.
 pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<Batch> {
@@ -103,10 +114,10 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
     let labels = labels_tensor(raw.samples.iter().map(|(info, _)| info))?;
     let mut indices = Vec::with_capacity(n);
     let mut keys = Vec::with_capacity(n);
-    let ((mut f32s, f32_home), (mut u8s, u8_home)) = if is_u8 {
-        (Default::default(), pool.u8s(len))
+    let (mut f32s, mut u8s) = if is_u8 {
+        (None, Some(pool.u8s(len).map_err(CollateError::Memory)?))
     } else {
-        (pool.f32s(len), Default::default())
+        (Some(pool.f32s(len).map_err(CollateError::Memory)?), None)
     };
     for (info, sample) in raw.samples {
         if Some(sample.shape) != shape {
@@ -117,13 +128,13 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
             }
             .into());
         }
-        match sample.data {
-            SampleData::F32(v) if !is_u8 => {
-                f32s.extend_from_slice(&v);
+        match (sample.data, &mut f32s, &mut u8s) {
+            (SampleData::F32(v), Some(batch), _) => {
+                batch.push(&v).map_err(CollateError::Memory)?;
                 pool.f32_samples.put(v);
             }
-            SampleData::U8(v) if is_u8 => {
-                u8s.extend_from_slice(&v);
+            (SampleData::U8(v), _, Some(batch)) => {
+                batch.push(&v).map_err(CollateError::Memory)?;
                 pool.u8_samples.put(v);
             }
             _ => {
@@ -137,10 +148,10 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
         keys.push(info.name.unwrap_or(info.key));
     }
     let [a, b, c] = shape.unwrap_or_default();
-    let data = if is_u8 {
-        BatchData::U8(homed(u8s, u8_home))
-    } else {
-        BatchData::F32(homed(f32s, f32_home))
+    let data = match (f32s, u8s) {
+        (_, Some(u8s)) => BatchData::U8(u8s.finish()),
+        (Some(f32s), None) => BatchData::F32(f32s.finish()),
+        (None, None) => BatchData::F32(Buffer::from(Vec::new())),
     };
     Ok(Batch {
         data,

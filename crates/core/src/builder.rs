@@ -13,8 +13,10 @@ use loader_storage::layer::{CacheConfig, RetryConfig};
 use loader_storage::{DynStorage, StorageExt};
 
 use crate::batch::Batch;
+use crate::buffer::Lender;
 use crate::error::ConfigError;
 use crate::loader::DataLoader;
+use crate::memory::BatchMemory;
 use crate::options::{LoaderOptions, ShardOrder};
 use crate::plan::Planner;
 use crate::stage::{Collate, Stages, pipeline_stage, sample_weight};
@@ -33,6 +35,8 @@ pub struct DataLoaderBuilder<T = Sample, B = Batch> {
     runtime: Option<tokio::runtime::Handle>,
     /// A whole retry policy, beyond what `storage.max_retries` says.
     retry: Option<RetryConfig>,
+    /// Where the native collate writes batches, when another owner lends the memory.
+    lender: Lender,
 }
 
 impl DataLoader {
@@ -47,7 +51,8 @@ impl DataLoader {
         let decode_only = Pipeline::builder()
             .build()
             .unwrap_or_else(|_| Pipeline::imagenet_eval());
-        let (stage, collate) = pipeline_stage(decode_only);
+        let lender = Lender::default();
+        let (stage, collate) = pipeline_stage(decode_only, Arc::clone(&lender));
         DataLoaderBuilder {
             storage,
             dataset,
@@ -59,6 +64,7 @@ impl DataLoader {
             trace: None,
             runtime: None,
             retry: None,
+            lender,
         }
     }
 }
@@ -324,12 +330,23 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
 impl<T: Send + 'static> DataLoaderBuilder<T, Batch> {
     /// The image transform, e.g. `Pipeline::imagenet_eval()`; it decodes too.
     pub fn transform(self, pipeline: Pipeline) -> DataLoaderBuilder<Sample, Batch> {
-        let (stage, collate) = pipeline_stage(pipeline);
+        let (stage, collate) = pipeline_stage(pipeline, Arc::clone(&self.lender));
         self.with_stage(stage, Some(sample_weight()), collate)
     }
 }
 
 impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
+    /// Write the native collate's batches into memory `memory` lends (torch's pinned
+    /// allocator, a device's staging buffers) rather than the loader's own reused buffers:
+    /// each batch is written once, where it must end up. It applies to the images or
+    /// tensors of a [`transform`](Self::transform)'s batches, whichever of the two is called
+    /// first; a [`map`](Self::map) stage's collate chooses its own memory
+    /// ([`collate_in`](crate::collate_in)).
+    pub fn batch_memory(self, memory: Arc<dyn BatchMemory>) -> Self {
+        *self.lender.lock().unwrap_or_else(|e| e.into_inner()) = Some(memory);
+        self
+    }
+
     /// Any CPU stage (bytes of a sample to `U`, for data that is not images) with the
     /// collate that makes batches of them.
     pub fn map<U, C>(
@@ -366,6 +383,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
             trace: self.trace,
             runtime: self.runtime,
             retry: self.retry,
+            lender: self.lender,
         }
     }
 }

@@ -80,6 +80,10 @@ pub enum CollateError {
         /// What does not fit.
         why: String,
     },
+    /// The memory a batch is written into could not be had (a lender such as torch's
+    /// pinned allocator refused, or lent a block that cannot hold the batch).
+    #[error("batch memory: {0}")]
+    Memory(#[source] crate::memory::MemoryError),
     /// u8 and f32 samples in one batch.
     #[error("{sample} mixes u8 and f32 output")]
     MixedOutput {

@@ -199,9 +199,19 @@ impl HostTensor {
         }
     }
 
+    /// The block another owner lent for the values ([`BatchMemory`](crate::BatchMemory)),
+    /// if one did: its lender finds its own object there.
+    pub fn lent(&self) -> Option<&dyn crate::LentBlock> {
+        match &self.values {
+            Values::U8(v) => v.lent(),
+            Values::F32(v) => v.lent(),
+            Values::I64(v) => v.lent(),
+        }
+    }
+
     /// The values as a `Vec` of their own, without a copy, for an owner that takes only a
     /// `Vec` (candle): the memory then leaves the loader's pool, which allocates afresh for
-    /// a later batch.
+    /// a later batch. Values in a lent block are copied out.
     pub fn into_vec(self) -> HostVec {
         match self.values {
             Values::U8(v) => HostVec::U8(v.into_vec()),

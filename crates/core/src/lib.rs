@@ -63,19 +63,21 @@ mod error;
 mod export;
 mod labels;
 mod loader;
+mod memory;
 mod options;
 mod plan;
 mod source;
 mod stage;
 mod state;
 
-pub use batch::{Batch, BatchData, BatchTensors, collate};
+pub use batch::{Batch, BatchData, BatchTensors, collate, collate_in};
 pub use buffer::Buffer;
 pub use builder::DataLoaderBuilder;
 pub use error::{CollateError, ConfigError, Error, OptionError, Result, StateError};
 pub use export::{DType, HostTensor, HostVec, ShapeError};
 pub use labels::labels_tensor;
 pub use loader::DataLoader;
+pub use memory::{BatchMemory, LentBlock, MemoryError};
 pub use options::{
     CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, OptionKey, OptionValue,
     ShardOrder, StorageOptions,

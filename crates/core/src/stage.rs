@@ -9,7 +9,7 @@ use loader_scheduler::{RawBatch, SampleInfo, Stage, StageError, Weigh};
 
 use crate::Result;
 use crate::batch::{Batch, collate_into};
-use crate::buffer::BufferPool;
+use crate::buffer::{BufferPool, Lender};
 
 /// Turns the CPU stage's outputs for one batch into the batch type a caller wants; each
 /// sample's label, key and members ride with it in its `SampleInfo`.
@@ -25,8 +25,13 @@ pub(crate) struct Stages<T, B> {
 /// The CPU stage of `pipeline` and the default collate, sharing buffers: the collate hands
 /// each sample's buffer back for the stage to write a later sample into, and each dropped
 /// batch hands its buffer back for a later batch.
-pub(crate) fn pipeline_stage(pipeline: Pipeline) -> (Stage<Sample>, Collate<Sample, Batch>) {
-    let pool = Arc::new(BufferPool::default());
+///
+/// Batches go into the memory `lender` holds when the loader is built, if any.
+pub(crate) fn pipeline_stage(
+    pipeline: Pipeline,
+    lender: Lender,
+) -> (Stage<Sample>, Collate<Sample, Batch>) {
+    let pool = Arc::new(BufferPool::lent_by(lender));
     let shared = Arc::clone(&pool);
     let stage = move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Sample, StageError> {
         let reuse = match pipeline.output() {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use loader_core::sampler::{BatchSampler, RandomSampler};
 use loader_core::storage::layer::FaultConfig;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, LabelKind, LoaderState, Order,
-    Pipeline, Sampler, StorageExt, from_url,
+    BatchMemory, DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, LabelKind, LentBlock,
+    LoaderState, MemoryError, Order, Pipeline, Sampler, StorageExt, from_url,
 };
 use loader_testkit::watchdog::within;
 use loader_testkit::{DatasetSpec, S3Server};
@@ -203,6 +203,132 @@ fn a_batch_handed_over_as_tensors_keeps_its_values_and_returns_its_buffer() {
         third.as_f32().unwrap().as_ptr() as usize,
         at,
         "the dropped tensor's buffer was not reused"
+    );
+}
+
+/// Blocks of a `Vec<u32>` (aligned for f32), counted as lent and as given back; refuses
+/// the `refuse`-th request.
+struct Lender {
+    lent: std::sync::atomic::AtomicUsize,
+    back: Arc<std::sync::atomic::AtomicUsize>,
+    refuse: Option<usize>,
+}
+
+struct Block(Vec<u32>, Arc<std::sync::atomic::AtomicUsize>);
+
+impl LentBlock for Block {
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl BatchMemory for Lender {
+    fn block(&self, bytes: usize) -> Result<Box<dyn LentBlock>, MemoryError> {
+        let n = self.lent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if Some(n) == self.refuse {
+            return Err(MemoryError::Refused {
+                lender: "the test's lender".into(),
+                bytes,
+                source: "out of pinned memory".into(),
+            });
+        }
+        Ok(Box::new(Block(
+            vec![0; bytes.div_ceil(4)],
+            Arc::clone(&self.back),
+        )))
+    }
+}
+
+#[test]
+fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
+    let f = fixture();
+    let own: Vec<_> = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .batch_size(6)
+        .transform(small())
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for lend_first in [true, false] {
+        let back = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let lender = Arc::new(Lender {
+            lent: Default::default(),
+            back: Arc::clone(&back),
+            refuse: None,
+        });
+        let builder = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone()).batch_size(6);
+        let builder = if lend_first {
+            builder.batch_memory(lender.clone()).transform(small())
+        } else {
+            builder.transform(small()).batch_memory(lender.clone())
+        };
+        let lent: Vec<_> = within(HANG_LIMIT, "an epoch into lent memory", move || {
+            builder
+                .build()
+                .unwrap()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(
+            lender.lent.load(std::sync::atomic::Ordering::SeqCst),
+            own.len()
+        );
+        for (i, (batch, own)) in lent.iter().zip(&own).enumerate() {
+            assert_eq!(batch.indices, own.indices);
+            assert!(batch.as_f32() == own.as_f32(), "batch {i} differs");
+        }
+        let tensors: Vec<_> = lent.into_iter().map(|b| b.into_tensors()).collect();
+        assert!(
+            tensors.iter().all(|t| t.images.lent().is_some_and(|b| {
+                let any: &dyn std::any::Any = b;
+                any.is::<Block>()
+            })),
+            "the lender finds its own blocks in the batches"
+        );
+        assert_eq!(
+            back.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "held: not given back"
+        );
+        drop(tensors);
+        assert_eq!(back.load(std::sync::atomic::Ordering::SeqCst), own.len());
+    }
+
+    // A lender that refuses fails its batch with the cause; the state points at that
+    // batch, so a resume reads it again.
+    let lender = Arc::new(Lender {
+        lent: Default::default(),
+        back: Default::default(),
+        refuse: Some(1),
+    });
+    let builder = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        .batch_size(6)
+        .transform(small())
+        .batch_memory(lender);
+    let (first, err, state) = within(HANG_LIMIT, "a refusing lender", move || {
+        let mut loader = builder.build().unwrap();
+        let first = loader.next().unwrap().unwrap();
+        let err = loader.next().unwrap().unwrap_err();
+        (first.indices, err.to_string(), loader.state().unwrap())
+    });
+    assert_eq!(first, own[0].indices);
+    assert!(
+        err.contains("the test's lender could not lend") && err.contains("out of pinned memory"),
+        "{err}"
+    );
+    assert_eq!(
+        at(state).1,
+        6,
+        "the refused batch is not counted as delivered"
     );
 }
 

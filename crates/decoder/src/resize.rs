@@ -2,8 +2,9 @@
 
 use std::cell::RefCell;
 
-use fast_image_resize::images::{Image as FirImage, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::images::{TypedImage, TypedImageRef};
+use fast_image_resize::pixels::{U8, U8x2, U8x3, U8x4};
+use fast_image_resize::{FilterType, PixelTrait, ResizeAlg, ResizeOptions, Resizer};
 
 use crate::geometry::Rect;
 use crate::{DecodeError, DecodeErrorKind, Image, Result};
@@ -35,21 +36,6 @@ thread_local! {
     static RESIZER: RefCell<Resizer> = RefCell::new(Resizer::new());
 }
 
-fn pixel_type(channels: usize) -> Result<PixelType> {
-    Ok(match channels {
-        1 => PixelType::U8,
-        2 => PixelType::U8x2,
-        3 => PixelType::U8x3,
-        4 => PixelType::U8x4,
-        n => {
-            return Err(DecodeError::new(
-                DecodeErrorKind::InvalidArgument,
-                format!("cannot resize {n}-channel pixels"),
-            ));
-        }
-    })
-}
-
 /// A source region with fractional edges: (left, top, width, height).
 pub(crate) type CropBox = (f64, f64, f64, f64);
 
@@ -72,22 +58,48 @@ pub(crate) fn resize(
     if width == 0 || height == 0 {
         return Err(invalid(format!("cannot resize to {width}x{height}")));
     }
-    let pt = pixel_type(src.channels)?;
     let as_u32 =
         |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} pixels is too large")));
-    let src_ref = ImageRef::new(as_u32(src.width)?, as_u32(src.height)?, &src.data, pt)
-        .map_err(|e| invalid(format!("resize source: {e}")))?;
-    let mut dst = FirImage::new(as_u32(width)?, as_u32(height)?, pt);
+    let (src_w, src_h, dst_w, dst_h) = (
+        as_u32(src.width)?,
+        as_u32(src.height)?,
+        as_u32(width)?,
+        as_u32(height)?,
+    );
     let options = ResizeOptions::new()
         .resize_alg(filter.alg())
         .crop(region.0, region.1, region.2, region.3);
-    RESIZER
-        .with(|r| r.borrow_mut().resize(&src_ref, &mut dst, &options))
-        .map_err(|e| invalid(format!("resize: {e}")))?;
+    let mut data = vec![0u8; width * height * src.channels];
+    // Typed per channel count: the untyped `Resizer::resize` compiles its convolutions for
+    // all thirteen pixel types (a fifth of this crate's release build), four are used.
+    let run = |data: &mut [u8]| match src.channels {
+        1 => typed::<U8>(&src.data, data, (src_w, src_h, dst_w, dst_h), &options),
+        2 => typed::<U8x2>(&src.data, data, (src_w, src_h, dst_w, dst_h), &options),
+        3 => typed::<U8x3>(&src.data, data, (src_w, src_h, dst_w, dst_h), &options),
+        4 => typed::<U8x4>(&src.data, data, (src_w, src_h, dst_w, dst_h), &options),
+        n => Err(format!("cannot resize {n}-channel pixels")),
+    };
+    run(&mut data).map_err(invalid)?;
     Ok(Image {
         width,
         height,
         channels: src.channels,
-        data: dst.into_vec(),
+        data,
     })
+}
+
+/// Resample `src` (`w x h` pixels of `P`) into `dst` (`dw x dh`) on this thread's resizer.
+fn typed<P: PixelTrait>(
+    src: &[u8],
+    dst: &mut [u8],
+    (w, h, dw, dh): (u32, u32, u32, u32),
+    options: &ResizeOptions,
+) -> std::result::Result<(), String> {
+    let src =
+        TypedImageRef::<P>::from_buffer(w, h, src).map_err(|e| format!("resize source: {e}"))?;
+    let mut dst =
+        TypedImage::<P>::from_buffer(dw, dh, dst).map_err(|e| format!("resize target: {e}"))?;
+    RESIZER
+        .with(|r| r.borrow_mut().resize_typed(&src, &mut dst, options))
+        .map_err(|e| format!("resize: {e}"))
 }

@@ -16,8 +16,8 @@ use pyo3::prelude::*;
 /// A C-contiguous array owned by Rust, exported to Python without a copy.
 #[pyclass(module = "loader_ml._native", name = "HostBuffer", frozen)]
 pub struct HostBuffer {
-    /// Owns the memory. Not read again once `ptr` was taken from it: from then on the
-    /// memory belongs to whoever holds a view.
+    /// Owns the memory. Its values are not read again once `ptr` was taken from it: from
+    /// then on the memory belongs to whoever holds a view.
     _tensor: HostTensor,
     ptr: usize,
     nbytes: isize,
@@ -26,12 +26,19 @@ pub struct HostBuffer {
     dtype: &'static str,
     shape: Vec<isize>,
     strides: Vec<isize>,
+    /// The Python object whose memory this is, when one lent it (see `owner`).
+    owner: Option<Py<PyAny>>,
 }
 
 impl HostBuffer {
     /// Lend `tensor`'s memory: its address is taken once, here, and holds while the buffer
     /// (and so every view of it) lives.
-    pub fn new(mut tensor: HostTensor) -> Self {
+    pub fn new(tensor: HostTensor) -> Self {
+        Self::owned_by(tensor, None)
+    }
+
+    /// Lend `tensor`'s memory, which `owner` (a Python object) lent to the loader.
+    pub fn owned_by(mut tensor: HostTensor, owner: Option<Py<PyAny>>) -> Self {
         let dtype = tensor.dtype();
         let (format, itemsize, name): (&'static CStr, usize, &'static str) = match dtype {
             DType::U8 => (c"B", 1, "uint8"),
@@ -56,6 +63,7 @@ impl HostBuffer {
             dtype: name,
             shape: shape.into_iter().map(|d| d as isize).collect(),
             strides: strides.into_iter().map(|s| s as isize).collect(),
+            owner,
         }
     }
 }
@@ -78,6 +86,14 @@ impl HostBuffer {
     #[getter]
     fn nbytes(&self) -> isize {
         self.nbytes
+    }
+
+    /// The tensor whose memory this is, when torch lent it (`pin_memory=True`): the batch
+    /// is handed over as a view of that tensor, so torch keeps tracking the block (a
+    /// `non_blocking` copy's event on it). `None` for the loader's own memory.
+    #[getter]
+    fn owner(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.owner.as_ref().map(|o| o.clone_ref(py))
     }
 
     /// The memory's address: an array or tensor viewing this buffer without a copy reports

@@ -30,6 +30,7 @@ pub mod dataset;
 pub mod errors;
 pub mod loader;
 pub mod parts;
+pub mod pinned;
 pub mod transform;
 
 use pyo3::prelude::*;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use loader_core::{
-    DataLoader, DataLoaderBuilder, DistributedSampler, LoaderOptions, LoaderState, SampleInfo,
-    SampleKey, collate, sample_bytes,
+    BatchMemory, DataLoader, DataLoaderBuilder, DistributedSampler, LoaderOptions, LoaderState,
+    SampleInfo, SampleKey, collate, collate_in, sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -19,7 +19,7 @@ use crate::buffer::HostBuffer;
 use crate::control::{Control, Waited};
 use crate::dataset::PyDataset;
 use crate::errors::{self, Failure, Kind};
-use crate::{parts, transform};
+use crate::{parts, pinned, transform};
 
 /// How long one wait for a batch lasts with the GIL released before Python's signal
 /// handlers get a chance to run (Ctrl-C raises within about this long).
@@ -127,7 +127,7 @@ impl PyLoader {
     #[new]
     #[pyo3(signature = (
         dataset, *, options, transform = None, steps = None, transform_fn = None,
-        main_image = true, decode_fields = None,
+        main_image = true, decode_fields = None, batch_memory = None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keywords, one each
     fn new(
@@ -139,6 +139,7 @@ impl PyLoader {
         transform_fn: Option<Py<PyAny>>,
         main_image: bool,
         decode_fields: Option<Py<PyAny>>,
+        batch_memory: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let backend = dataset.store.name().to_owned();
         let config = |e: String| errors::config(e);
@@ -187,6 +188,20 @@ impl PyLoader {
         }
         let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
         let fatal = transform::Fatal::default();
+        // `pin_memory=True`: batches written into tensors torch's pinned allocator lends.
+        let memory = batch_memory.map(|allocate| {
+            Arc::new(pinned::TorchMemory {
+                allocate,
+                fatal: fatal.clone(),
+            }) as Arc<dyn BatchMemory>
+        });
+        let collate_images = {
+            let memory = memory.clone();
+            move |raw| match &memory {
+                Some(memory) => collate_in(raw, Arc::clone(memory)),
+                None => collate(raw),
+            }
+        };
         let loader: Box<dyn Control> = if let Some(function) = decode_fields {
             let image: Option<parts::ImageStage> = match (main_image, transform_fn) {
                 (false, _) => None,
@@ -208,17 +223,24 @@ impl PyLoader {
                 fatal: fatal.clone(),
             };
             let builder = builder
-                .map(parts::stage(image, fields), parts::collate_parts)
+                .map(
+                    parts::stage(image, fields),
+                    parts::collate_parts(collate_images),
+                )
                 .weigh(parts::weight);
             boxed(py, builder, &backend)?
         } else if let Some(callable) = transform_fn {
             let stage = transform::python_stage(callable, pipeline, fatal.clone());
             // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
             // bounds what the callable returns too.
-            let builder = builder.map(stage, collate).weigh(sample_bytes);
+            let builder = builder.map(stage, collate_images).weigh(sample_bytes);
             boxed(py, builder, &backend)?
         } else {
             let builder = builder.transform(pipeline);
+            let builder = match memory {
+                Some(memory) => builder.batch_memory(memory),
+                None => builder,
+            };
             boxed(py, builder, &backend)?
         };
         let batches = loader.batches();
@@ -290,7 +312,10 @@ impl PyLoader {
                     }
                     let keys: Vec<&str> = batch.keys.iter().map(|k| &**k).collect();
                     let images = match batch.images {
-                        Some(images) => Some(Bound::new(py, HostBuffer::new(images))?),
+                        Some(images) => {
+                            let owner = pinned::owner(py, &images);
+                            Some(Bound::new(py, HostBuffer::owned_by(images, owner))?)
+                        }
                         None => None,
                     };
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use loader_core::{RawBatch, Sample, SampleInfo, StageError, collate, labels_tensor, sample_bytes};
+use loader_core::{Batch, RawBatch, Sample, SampleInfo, StageError, labels_tensor, sample_bytes};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -72,9 +72,18 @@ pub fn weight(parts: &Parts) -> usize {
     parts.image.as_ref().map_or(0, sample_bytes) + parts.bytes
 }
 
-/// A batch of parts: images stacked as the default collate stacks them, each sample's
-/// decoded values beside them.
-pub fn collate_parts(raw: RawBatch<Parts>) -> loader_core::Result<Delivered> {
+/// The collate of parts: images stacked by `images` (the default collate, into the loader's
+/// memory or a lender's), each sample's decoded values beside them.
+pub fn collate_parts(
+    images: impl Fn(RawBatch<Sample>) -> loader_core::Result<Batch> + Send + Sync + 'static,
+) -> impl Fn(RawBatch<Parts>) -> loader_core::Result<Delivered> + Send + Sync + 'static {
+    move |raw| collate_batch(raw, &images)
+}
+
+fn collate_batch(
+    raw: RawBatch<Parts>,
+    collate: &dyn Fn(RawBatch<Sample>) -> loader_core::Result<Batch>,
+) -> loader_core::Result<Delivered> {
     let position = Some(raw.position);
     let mut decoded = Vec::with_capacity(raw.samples.len());
     if raw.samples.iter().any(|(_, p)| p.image.is_some()) {

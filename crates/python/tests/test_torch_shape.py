@@ -5,13 +5,17 @@ Every wait has a limit."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
 import subprocess
 import sys
 import textwrap
+import threading
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -213,3 +217,111 @@ def test_s3_credentials_come_from_a_profile_as_boto3_finds_them(s3, tmp_path: Pa
     assert missing.startswith("PermissionDeniedError"), missing
     assert "no AWS credentials found" in missing and "~/.aws/credentials" in missing, missing
     assert "169.254" not in missing
+
+
+def _within(seconds: float, call: Any) -> Any:
+    """`call()` under a watchdog: the test fails after `seconds` rather than waiting."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as e:  # handed to the test
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"no answer within {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+@pytest.fixture
+def lent_pinned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Any]]:
+    """CUDA stood in for on a CPU-only torch: the pinned allocator is `torch.empty`
+    (recorded: address and a weak reference to each block), a tensor counts as pinned when
+    it is such a block or a view of one, and `pin_memory()` copies."""
+    blocks: list[tuple[int, Any]] = []
+
+    def pinned_block(torch_: Any) -> Any:
+        def make(nbytes: int) -> Any:
+            block = torch_.empty(nbytes, dtype=torch_.uint8)
+            blocks.append((block.data_ptr(), weakref.ref(block)))
+            return block
+        return make
+
+    lent = lambda t: t.untyped_storage().data_ptr() in {a for a, _ in blocks}  # noqa: E731
+    copies: list[int] = []
+
+    def pin_copy(t: Any) -> Any:
+        copy = t.clone()
+        copies.append(copy.untyped_storage().data_ptr())
+        return copy
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(loader_ml.loader, "_pinned_block", pinned_block)
+    monkeypatch.setattr(torch.Tensor, "is_pinned",
+                        lambda t: lent(t) or t.untyped_storage().data_ptr() in copies)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_copy)
+    return blocks
+
+
+def test_pin_memory_collates_images_straight_into_torchs_pinned_blocks(
+        data_root: Path, lent_pinned: list[tuple[int, Any]]) -> None:
+    """With CUDA, a batch's images are written once, into a block of torch's pinned
+    allocator, and handed over as a view of that block (so torch tracks a non_blocking
+    copy's event on it, and reuses the block only when it may); labels are copied there as
+    torch's DataLoader copies them. Same values as without pinning; the loader keeps no
+    block once the batch is gone."""
+    from torchvision.transforms import v2
+
+    url = str(data_root / "images")
+    tensor = v2.Compose([v2.Resize(32), v2.CenterCrop(32), v2.ToImage(),
+                         v2.ToDtype(torch.float32, scale=True)])
+    for transform in (None, tensor, lambda image: image[:8, :8]):
+        def batches(pin: bool) -> list[Any]:
+            loader = loader_ml.DataLoader(url, batch_size=5, pin_memory=pin, transform=transform)
+            return _within(60, lambda: list(loader))
+
+        plain = batches(False)
+        lent_pinned.clear()
+        pinned = batches(True)
+        assert len(lent_pinned) == len(plain) == 5, "one block per batch"
+        for (address, _), batch, reference in zip(lent_pinned, pinned, plain):
+            assert batch.images.data_ptr() == address, "collated into the block, not copied"
+            assert batch.images.is_pinned() and batch.labels.is_pinned()
+            assert batch.images.dtype == reference.images.dtype
+            assert torch.equal(batch.images, reference.images)
+            assert torch.equal(batch.labels, reference.labels)
+            assert batch.keys == reference.keys
+        del pinned, batch
+        gc.collect()
+        assert all(ref() is None for _, ref in lent_pinned), "a block outlived its batch"
+
+
+def test_a_pinned_allocator_that_refuses_fails_its_batch_with_the_cause(
+        data_root: Path, lent_pinned: list[tuple[int, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def refusing(torch_: Any) -> Any:
+        def make(nbytes: int) -> Any:
+            calls.append(nbytes)
+            if len(calls) == 2:
+                raise RuntimeError("CUDA error: out of memory (pinned)")
+            return torch_.empty(nbytes, dtype=torch_.uint8)
+        return make
+
+    monkeypatch.setattr(loader_ml.loader, "_pinned_block", refusing)
+    loader = loader_ml.DataLoader(str(data_root / "images"), batch_size=5, pin_memory=True)
+    batches = iter(loader)
+    first = _within(60, lambda: next(batches))
+    with pytest.raises(loader_ml.LoaderError) as caught:
+        _within(60, lambda: next(batches))
+    message = str(caught.value)
+    assert "torch's pinned allocator (pin_memory=True) could not lend" in message, message
+    assert "out of memory (pinned)" in message, message
+    # Not counted as delivered: a resume reads the refused batch again.
+    assert loader.state_dict()["position"] == len(first.keys)

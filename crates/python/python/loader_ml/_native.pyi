@@ -15,6 +15,9 @@ class HostBuffer:
     def nbytes(self) -> int: ...
     @property
     def data_ptr(self) -> int: ...
+    @property
+    def owner(self) -> Any:
+        """The torch tensor whose memory this is under ``pin_memory``, else ``None``."""
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
 class Dataset:
@@ -69,6 +72,7 @@ class Loader:
         transform_fn: Any = None,
         main_image: bool = True,
         decode_fields: Any = None,
+        batch_memory: Any = None,
     ) -> None: ...
     def next_batch(
         self,

@@ -452,6 +452,24 @@ def _rebuild(settings: dict[str, Any], state: dict[str, Any] | None) -> DataLoad
 _LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+def _pinned_block(torch: Any) -> Any:
+    """What lends a batch its memory under ``pin_memory=True``: a block of torch's pinned
+    allocator, which the native collate fills and the batch then views (torch's caching
+    host allocator reuses it once the last view is gone and the copies that read it are
+    done, as it does for torch's own ``pin_memory``)."""
+    def block(nbytes: int) -> Any:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    return block
+
+
+def _pinned(value: Any) -> Any:
+    """A tensor in pinned memory: itself when it already is (a lent batch), else a copy, as
+    torch's DataLoader pins each tensor of a batch."""
+    if not hasattr(value, "pin_memory") or value.is_pinned():
+        return value
+    return value.pin_memory()
+
+
 @atexit.register
 def _close_live_loaders() -> None:
     _native._shutting_down()
@@ -609,8 +627,11 @@ class DataLoader:
         cache_block: the unit of ranged reads in the cache, in bytes.
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
         pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
-            True)`` overlaps with compute: a copy per batch, as torch's DataLoader makes.
-            Without CUDA it warns once and batches stay in the loader's memory.
+            True)`` overlaps with compute. Images are collated straight into blocks of
+            torch's pinned allocator (no second copy, as torch's DataLoader makes; the
+            allocator reuses freed blocks), labels and fields collated in Python are
+            copied there. Without CUDA it warns once and batches stay in the loader's
+            memory.
         fields: what a sample is, as WebDataset's ``to_tuple`` names it: member suffixes
             in order, alternatives split by ``;`` (``("jpg;png", "json")``,
             ``("npy", "txt")``, ``("flac", "json")``). Batches are tuples of these fields.
@@ -785,6 +806,7 @@ class DataLoader:
             dataset, options=options, transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function,
             main_image=planned is None or planned[0].native,
+            batch_memory=_pinned_block(self._torch) if self._pin else None,
             decode_fields=functools.partial(sample_fields.decode_sample, raw_fields)
             if raw_fields else None)
         _register_pytree(self._torch)
@@ -797,6 +819,12 @@ class DataLoader:
         _LIVE.add(self)
 
     def _array(self, buffer: _native.HostBuffer) -> Any:
+        owner = buffer.owner
+        if owner is not None:
+            # Lent by torch (pin_memory): a view of its own tensor, so torch still tracks
+            # the block (a non_blocking copy's event on it) and reuses it when it may.
+            torch = self._torch
+            return owner[:buffer.nbytes].view(getattr(torch, buffer.dtype)).view(buffer.shape)
         array = numpy.asarray(buffer)  # a view: the buffer protocol, no copy
         return array if self._torch is None else self._torch.from_numpy(array)
 
@@ -830,8 +858,9 @@ class DataLoader:
                         native.rewind(epoch, position)
                     raise
             if self._pin:
-                # Copies: the loader's buffers go back to it once these are dropped.
-                values = [v.pin_memory() if hasattr(v, "pin_memory") else v for v in values]
+                # Images were collated into pinned memory; labels and fields collated in
+                # Python are copied there.
+                values = [_pinned(v) for v in values]
             yield Batch(*values, keys=keys, indices=indices, epoch=epoch, skipped=skipped,
                         fields=None if self._field_plan is None else
                         [f.name for f in self._field_plan])
