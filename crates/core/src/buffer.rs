@@ -463,6 +463,12 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_batch_needs_no_alignment() {
+        let (pool, _) = lent_pool(1, 0);
+        assert!(pool.f32s(0).unwrap().finish().is_empty());
+    }
+
+    #[test]
     fn a_short_or_misaligned_block_is_refused() {
         let (pool, _) = lent_pool(0, 4);
         let err = pool.f32s(4).err().unwrap();

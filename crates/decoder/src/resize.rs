@@ -58,6 +58,12 @@ pub(crate) fn resize(
     if width == 0 || height == 0 {
         return Err(invalid(format!("cannot resize to {width}x{height}")));
     }
+    if !(1..=4).contains(&src.channels) {
+        return Err(invalid(format!(
+            "cannot resize {}-channel pixels",
+            src.channels
+        )));
+    }
     let as_u32 =
         |v: usize| u32::try_from(v).map_err(|_| invalid(format!("{v} pixels is too large")));
     let (src_w, src_h, dst_w, dst_h) = (

@@ -20,8 +20,10 @@ use crate::transform::{Fatal, call_python};
 /// Who is asked for the memory, as errors name it.
 const LENDER: &str = "torch's pinned allocator (pin_memory=True)";
 
-/// A Python function of a byte count returning a contiguous `uint8` tensor of at least that
-/// many bytes (`torch.empty(n, dtype=torch.uint8, pin_memory=True)`).
+/// A function of a byte count returning a new contiguous `uint8` host tensor of at least that
+/// many bytes (`torch.empty(n, dtype=torch.uint8, device="cpu", pin_memory=True)`), which it
+/// keeps no reference to. It is called under the loader's lock, so it should be a C function
+/// (a `functools.partial` of `torch.empty`): a Python one lets signal handlers run there.
 pub struct TorchMemory {
     /// The function.
     pub allocate: Py<PyAny>,
@@ -56,10 +58,14 @@ impl BatchMemory for TorchMemory {
             let t = tensor.bind(py);
             let contiguous: bool = t.call_method0("is_contiguous")?.extract()?;
             let element: usize = t.call_method0("element_size")?.extract()?;
-            if !contiguous || element != 1 {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "the allocator must return a contiguous uint8 tensor",
-                ));
+            let device: String = t.getattr("device")?.getattr("type")?.extract()?;
+            if !contiguous || element != 1 || device != "cpu" {
+                // A device tensor's address written from the CPU would be undefined
+                // behaviour, not an error.
+                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    "the allocator must return a contiguous uint8 tensor in host memory, not \
+                     one of {element}-byte elements on {device}"
+                )));
             }
             let address: usize = t.call_method0("data_ptr")?.extract()?;
             let len: usize = t.call_method0("numel")?.extract()?;

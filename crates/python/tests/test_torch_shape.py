@@ -253,17 +253,18 @@ def lent_pinned(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Any]]:
         return make
 
     lent = lambda t: t.untyped_storage().data_ptr() in {a for a, _ in blocks}  # noqa: E731
-    copies: list[int] = []
+    copies: list[Any] = []  # kept alive, so no other tensor can take a copy's address
 
     def pin_copy(t: Any) -> Any:
         copy = t.clone()
-        copies.append(copy.untyped_storage().data_ptr())
+        copies.append(copy)
         return copy
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(loader_ml.loader, "_pinned_block", pinned_block)
     monkeypatch.setattr(torch.Tensor, "is_pinned",
-                        lambda t: lent(t) or t.untyped_storage().data_ptr() in copies)
+                        lambda t: lent(t) or t.untyped_storage().data_ptr()
+                        in {c.untyped_storage().data_ptr() for c in copies})
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin_copy)
     return blocks
 

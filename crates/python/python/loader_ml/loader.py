@@ -456,10 +456,10 @@ def _pinned_block(torch: Any) -> Any:
     """What lends a batch its memory under ``pin_memory=True``: a block of torch's pinned
     allocator, which the native collate fills and the batch then views (torch's caching
     host allocator reuses it once the last view is gone and the copies that read it are
-    done, as it does for torch's own ``pin_memory``)."""
-    def block(nbytes: int) -> Any:
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    return block
+    done, as it does for torch's own ``pin_memory``). A C function, not a Python one: it is
+    called while the loader's lock is held, where a signal handler (a checkpoint on SIGTERM)
+    must not run; ``device="cpu"`` so ``torch.set_default_device("cuda")`` does not move it."""
+    return functools.partial(torch.empty, dtype=torch.uint8, device="cpu", pin_memory=True)
 
 
 def _pinned(value: Any) -> Any:
@@ -629,8 +629,8 @@ class DataLoader:
         pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
             True)`` overlaps with compute. Images are collated straight into blocks of
             torch's pinned allocator (no second copy, as torch's DataLoader makes; the
-            allocator reuses freed blocks), labels and fields collated in Python are
-            copied there. Without CUDA it warns once and batches stay in the loader's
+            allocator reuses freed blocks); labels and the fields batched in Python
+            are copied there. Without CUDA it warns once and batches stay in the loader's
             memory.
         fields: what a sample is, as WebDataset's ``to_tuple`` names it: member suffixes
             in order, alternatives split by ``;`` (``("jpg;png", "json")``,
@@ -858,8 +858,8 @@ class DataLoader:
                         native.rewind(epoch, position)
                     raise
             if self._pin:
-                # Images were collated into pinned memory; labels and fields collated in
-                # Python are copied there.
+                # Images were collated into pinned memory; labels and the fields batched
+                # in Python are copied there.
                 values = [_pinned(v) for v in values]
             yield Batch(*values, keys=keys, indices=indices, epoch=epoch, skipped=skipped,
                         fields=None if self._field_plan is None else
