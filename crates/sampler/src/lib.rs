@@ -33,7 +33,9 @@
 //!
 //! One sampler per file (`sequential`, `random`, `subset`, `weighted`, `distributed`,
 //! `block`, `shard`), each a pure function of (seed, epoch) resumable at any position;
-//! `batch` cuts any of them into batches; `rng` is the seeded stream they share.
+//! `batch` cuts any of them into batches; `rng` is the seeded stream they share. `global/`
+//! is the order a loader reads by: one order of every source of a run, independent of the
+//! world size, with random access, cut into global batches that ranks share.
 
 use std::fmt;
 
@@ -42,6 +44,7 @@ use serde::{Deserialize, Serialize};
 mod batch;
 mod block;
 mod distributed;
+mod global;
 mod random;
 mod rng;
 mod sequential;
@@ -52,6 +55,11 @@ mod weighted;
 pub use batch::{BatchIter, BatchSampler};
 pub use block::BlockShuffleSampler;
 pub use distributed::{DistributedBuilder, DistributedSampler};
+pub use global::{
+    Batching, DEFAULT_LANES, DEFAULT_WINDOW_CHUNKS, Draw, Draws, EpochOrder, GlobalOrder,
+    Interleave, Permutation, RankBatch, RankBatches, RankRead, Segment, Share, SourceEpoch,
+    SourceKind, SourceOrder, StopRule, Stripe,
+};
 pub use random::{RandomSampler, ReplacementSampler};
 pub use sequential::SequentialSampler;
 pub use shard::{ShardSampler, ShardSamplerBuilder};
@@ -113,6 +121,9 @@ pub enum SamplerError {
         /// What is wrong with it.
         problem: String,
     },
+    /// A layout or segment that does not fit the sources it describes.
+    #[error("{0}")]
+    Layout(String),
     /// Shard-local order for more ranks than the data allows.
     #[error("{samples} samples cannot give each of {ranks} ranks a sample with drop_last")]
     TooFewSamples {
