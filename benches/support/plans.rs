@@ -18,13 +18,11 @@ pub fn endless(items: usize, batch: usize) -> impl Iterator<Item = BatchPlan> + 
     let batch = batch as u64;
     (0u64..).flat_map(move |epoch| {
         let keys = Arc::clone(&keys);
-        (0..batches).map(move |b| BatchPlan {
-            epoch,
-            position: b * batch,
-            items: (b * batch..(b + 1) * batch)
+        (0..batches).map(move |b| {
+            let items = (b * batch..(b + 1) * batch)
                 .map(|i| WorkItem::object(i, Arc::clone(&keys[i as usize])))
-                .collect(),
-            last_in_epoch: b + 1 == batches,
+                .collect();
+            BatchPlan::new(epoch, b * batch, items, b + 1 == batches)
         })
     })
 }

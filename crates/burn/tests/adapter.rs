@@ -196,7 +196,7 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
     let first = indices(iter.by_ref().take(2).map(Result::unwrap));
     drop(iter);
     let state = burn.state().unwrap();
-    assert_eq!(at(state), (0, 14));
+    assert_eq!(at(state.clone()), (0, 14));
 
     let restarted = loader();
     restarted.resume(state).unwrap();

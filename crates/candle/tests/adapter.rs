@@ -135,7 +135,7 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
         .flat_map(|b| b.unwrap().indices)
         .collect();
     let state = loader.state().unwrap();
-    assert_eq!(at(state), (0, 14));
+    assert_eq!(at(state.clone()), (0, 14));
     let mut restarted = candle(&f.store, &f.dataset);
     restarted.resume(state).unwrap();
     let rest = pass(&mut restarted);

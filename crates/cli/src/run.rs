@@ -1,12 +1,14 @@
 //! `loader run`: iterate a real dataset with a progress bar, then the per-stage summary.
 
+use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::storage::layer::CachePolicy;
+use loader_core::storage::layer::{CachePolicy, StorageMetrics};
 use loader_core::{
-    DataLoader, LabelKind, LoaderOptions, Manifest, Pipeline, ShardOrder, StorageExt, from_url,
-    store_url,
+    DataLoader, DistributedSampler, LabelKind, LoaderOptions, LoaderState, Manifest, Pipeline,
+    ShardOrder, Source, StopRule, StorageExt, from_url, store_url,
 };
 
 use crate::options::{LoaderArgs, fetch, option_value, parse_size, parse_store_options};
@@ -18,9 +20,37 @@ use crate::{Result, Strategy};
 pub struct Args {
     /// Dataset URL: s3://bucket/prefix, http(s)://host/prefix, file:///dir or a path (an
     /// ImageFolder, or a prefix of WebDataset `.tar` shards), or shards as a brace list:
-    /// s3://bucket/train-{000000..000127}.tar.
+    /// s3://bucket/train-{000000..000127}.tar. Several URLs are a mixture, read by
+    /// --weights.
     #[arg(required_unless_present = "list_options")]
-    url: Option<String>,
+    urls: Vec<String>,
+    /// Each URL's weight in the mixture, comma-separated (default: equal).
+    #[arg(long, value_delimiter = ',', value_name = "W,W,...")]
+    weights: Vec<f64>,
+    /// When a mixture's epoch ends: first_exhausted (default), all_exhausted,
+    /// all_exhausted_without_replacement, samples_per_epoch:N or cycle_forever.
+    #[arg(long, value_name = "RULE", value_parser = option_value::<StopRule>)]
+    stop: Option<StopRule>,
+    /// This process's rank (default: RANK or SLURM_PROCID, else 0).
+    #[arg(long, requires = "world_size")]
+    rank: Option<usize>,
+    /// Processes that share each global batch (default: WORLD_SIZE or SLURM_NTASKS, else 1).
+    #[arg(long, requires = "rank")]
+    world_size: Option<usize>,
+    /// Stop after this many batches (this rank's, across epochs), e.g. to save the state.
+    #[arg(long, value_name = "N")]
+    stop_after_batches: Option<u64>,
+    /// Write the loader's state (JSON) here when the run stops: any rank's resumes every
+    /// rank, on any world size.
+    #[arg(long, value_name = "FILE")]
+    save_state: Option<std::path::PathBuf>,
+    /// Resume from a state written by --save-state (or by any rank of a run).
+    #[arg(long, value_name = "FILE")]
+    resume: Option<std::path::PathBuf>,
+    /// Print each delivered sample as `epoch<TAB>source<TAB>key` on stdout (padding, a repeat
+    /// that evens out an epoch's last global batch, is left out).
+    #[arg(long)]
+    print_keys: bool,
     /// With --shuffle over shards: `local` (shards shuffled, samples within a buffer of
     /// chunks, few large GETs) or `global` (one permutation, a GET per sample).
     #[arg(long, value_name = "local|global", value_parser = option_value::<ShardOrder>)]
@@ -49,7 +79,8 @@ pub struct Args {
     /// core for `sequential`, 16 for `threads`).
     #[arg(long)]
     threads: Option<usize>,
-    /// Epochs this run reads (default 1).
+    /// Epochs of the run, counted from its first (default 1): a resumed run goes on to the
+    /// end of the last.
     #[arg(long)]
     epochs: Option<u64>,
     /// Shuffle each epoch.
@@ -107,6 +138,18 @@ impl Args {
         if let Some(policy) = self.cache_policy {
             o.cache.policy = policy;
         }
+        if let Some(stop) = self.stop {
+            o.mixture.stop = stop;
+        }
+        // Ranks: as given, else torchrun's or SLURM's variables.
+        let (rank, world) = match (self.rank, self.world_size) {
+            (Some(rank), Some(world)) => (rank, world),
+            _ => {
+                let env = DistributedSampler::from_env(1)?.build()?;
+                (env.rank(), env.world_size())
+            }
+        };
+        (o.rank, o.world_size) = (rank, world);
         let mut o = self.loader.over(o)?;
         // A run reads a known number of epochs; `--set epochs=none` would never end.
         o.epochs = Some(o.epochs.unwrap_or(1));
@@ -119,56 +162,111 @@ pub fn main(args: Args) -> Result {
     if args.loader.listed() {
         return Ok(());
     }
-    let Some(url) = args.url.as_deref() else {
+    if args.urls.is_empty() {
         return Err("give the dataset's URL".into());
-    };
+    }
+    if !args.weights.is_empty() && args.weights.len() != args.urls.len() {
+        return Err(format!(
+            "{} weights for {} URLs: give one weight per URL",
+            args.weights.len(),
+            args.urls.len()
+        )
+        .into());
+    }
+    if args.manifest.is_some() && args.urls.len() > 1 {
+        return Err("--manifest names one dataset's manifest: give one URL with it".into());
+    }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    // Retries and timeouts are the loader's defaults (and the dataset reads' own); the
-    // metrics layer underneath counts every attempt.
-    let root = store_url(url)?;
-    let store = from_url(&root, parse_store_options(&args.options)?)?.with_metrics();
-    let requests = store.metrics();
-    let store = store.into_dyn();
-    let store_name = store.name().to_owned();
-    let manifest = args.manifest.as_deref().map(|key| Manifest {
-        key,
-        labels: args.labels.unwrap_or_default(),
-        classes: None,
-    });
-    let dataset = open_dataset(url, &store, manifest, !args.json)?;
-    eprintln!(
-        "{} samples, {} classes at {}",
-        dataset.len(),
-        dataset.classes().len(),
-        store.name()
-    );
+    let progress = !args.json && !args.print_keys;
+    let mut sources = Vec::with_capacity(args.urls.len());
+    let mut metrics: Vec<Arc<StorageMetrics>> = Vec::new();
+    let mut names = Vec::new();
+    for (i, url) in args.urls.iter().enumerate() {
+        // Retries and timeouts are the loader's defaults (and the dataset reads' own); the
+        // metrics layer underneath counts every attempt.
+        let root = store_url(url)?;
+        let store = from_url(&root, parse_store_options(&args.options)?)?.with_metrics();
+        metrics.push(store.metrics());
+        let store = store.into_dyn();
+        names.push(store.name().to_owned());
+        let manifest = args.manifest.as_deref().map(|key| Manifest {
+            key,
+            labels: args.labels.unwrap_or_default(),
+            classes: None,
+        });
+        let dataset = open_dataset(url, &store, manifest, progress)?;
+        eprintln!(
+            "{} samples, {} classes at {}",
+            dataset.len(),
+            dataset.classes().len(),
+            store.name()
+        );
+        let weight = args.weights.get(i).copied().unwrap_or(1.0);
+        sources.push(Source::new(store, dataset).weight(weight));
+    }
     let options = args.options(cores)?;
     let trace = args
         .trace
         .as_ref()
         .map(|_| std::sync::Arc::new(loader_core::Trace::new()));
-    let mut builder = DataLoader::builder(store, dataset).options(options.clone());
+    let mut builder = DataLoader::mixture(sources).options(options.clone());
     if let Some(trace) = &trace {
         builder = builder.trace(std::sync::Arc::clone(trace));
     }
     let builder = builder.transform(Pipeline::imagenet_eval());
     let mut loader = builder.build()?;
+    if let Some(path) = &args.resume {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the state {}: {e}", path.display()))?;
+        let state: LoaderState = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a loader state: {e}", path.display()))?;
+        loader.resume(state)?;
+    }
+    let requests = || {
+        metrics.iter().fold((0u64, 0u64), |(r, b), m| {
+            let s = m.snapshot();
+            (r + s.requests, b + s.bytes)
+        })
+    };
     let epoch_count = options.epochs.unwrap_or(1);
-    let total = loader.len() as u64 * epoch_count;
-    let bar = ProgressBar::new(total);
+    let first_epoch = loader.epoch();
+    let passes = epoch_count.saturating_sub(first_epoch);
+    let endless = loader.len() == usize::MAX;
+    let total = match (args.stop_after_batches, endless) {
+        (Some(n), _) => n,
+        (None, true) => 0,
+        (None, false) => loader.len() as u64 * passes,
+    };
+    let bar = if progress {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} batches {msg} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let start = Instant::now();
-    let (mut images, mut skipped) = (0usize, 0usize);
+    let (mut images, mut skipped, mut padded, mut batches) = (0usize, 0usize, 0usize, 0u64);
     let mut epochs = Vec::new();
-    for _ in 0..epoch_count {
+    let stdout = std::io::stdout();
+    let mut keys_out = std::io::BufWriter::new(stdout.lock());
+    'passes: for _ in 0..passes {
         let (epoch_start, epoch_images) = (Instant::now(), images);
-        let epoch_requests = requests.snapshot().requests;
-        for batch in &mut loader {
+        let epoch_requests = requests().0;
+        while args.stop_after_batches.is_none_or(|n| batches < n) {
+            let Some(batch) = loader.next() else { break };
             let batch = batch?;
-            images += batch.len();
+            batches += 1;
+            images += batch.len() - batch.padding;
+            padded += batch.padding;
+            if args.print_keys {
+                let real = batch.len() - batch.padding;
+                for (index, key) in batch.indices[..real].iter().zip(&batch.keys[..real]) {
+                    let source = loader.source_of(*index).map_or(0, |(s, _)| s);
+                    writeln!(keys_out, "{}\t{source}\t{key}", batch.epoch)?;
+                }
+            }
             for e in &batch.skipped {
                 bar.println(format!("skipped: {e}"));
                 skipped += 1;
@@ -177,7 +275,7 @@ pub fn main(args: Args) -> Result {
             bar.set_message(format!(
                 "{:.0} img/s, {:.1} MB/s",
                 images as f64 / secs,
-                requests.snapshot().bytes as f64 / 1e6 / secs
+                requests().1 as f64 / 1e6 / secs
             ));
             bar.inc(1);
         }
@@ -191,10 +289,24 @@ pub fn main(args: Args) -> Result {
             "images": images - epoch_images,
             "seconds": seconds,
             "images_per_sec": (images - epoch_images) as f64 / seconds.max(1e-9),
-            "requests": requests.snapshot().requests - epoch_requests,
+            "requests": requests().0 - epoch_requests,
         }));
+        if args.stop_after_batches.is_some_and(|n| batches >= n) {
+            break 'passes;
+        }
     }
+    keys_out.flush()?;
+    drop(keys_out);
     bar.finish_and_clear();
+    let state = loader.state().ok();
+    if let Some(path) = &args.save_state {
+        let state = loader.state()?;
+        let text = serde_json::to_string_pretty(&state)?;
+        // Written whole, then renamed: a run killed while writing leaves the old state.
+        let partial = path.with_extension("partial");
+        std::fs::write(&partial, text)?;
+        std::fs::rename(&partial, path)?;
+    }
     let cache = loader.cache().map(|c| c.snapshot());
     let seconds = start.elapsed().as_secs_f64();
     let summary = loader.metrics().map(|m| m.summary());
@@ -207,16 +319,20 @@ pub fn main(args: Args) -> Result {
             path.display()
         );
     }
+    let (total_requests, total_bytes) = requests();
     if args.json {
         let json = serde_json::json!({
-            // The store's name, never the URL as given: it may hold credentials.
-            "url": store_name,
+            // The stores' names, never the URLs as given: they may hold credentials.
+            "url": names.join(", "),
             "images": images,
             "skipped": skipped,
+            "padded": padded,
+            "batches": batches,
             "seconds": seconds,
             "images_per_sec": images as f64 / seconds,
-            "bytes": requests.snapshot().bytes,
-            "requests": requests.snapshot().requests,
+            "bytes": total_bytes,
+            "requests": total_requests,
+            "state": state.map(|s| serde_json::json!({"epoch": s.epoch, "position": s.position})),
             "bottleneck": summary.as_ref().map(|s| s.bottleneck()),
             "epochs": epochs,
             "cache": cache.map(|c| serde_json::json!({
@@ -242,25 +358,48 @@ pub fn main(args: Args) -> Result {
         });
         println!("{json:#}");
     } else {
-        println!(
-            "{images} images ({skipped} skipped) in {seconds:.1} s: {:.0} img/s",
+        // With --print-keys stdout holds the keys alone; the summary goes to stderr.
+        let mut out: Box<dyn Write> = if args.print_keys {
+            Box::new(std::io::stderr())
+        } else {
+            Box::new(std::io::stdout())
+        };
+        let padding = if padded > 0 {
+            format!(", {padded} padding repeats")
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "{images} images ({skipped} skipped{padding}) in {seconds:.1} s: {:.0} img/s",
             images as f64 / seconds
-        );
+        )?;
+        if let Some(state) = &state {
+            writeln!(
+                out,
+                "state: epoch {}, position {}",
+                state.epoch, state.position
+            )?;
+        }
         if epochs.len() > 1 {
             for (e, epoch) in epochs.iter().enumerate() {
-                println!(
-                    "epoch {e}: {:.0} img/s, {} requests",
+                writeln!(
+                    out,
+                    "epoch {}: {:.0} img/s, {} requests",
+                    first_epoch + e as u64,
                     epoch["images_per_sec"].as_f64().unwrap_or(0.0),
                     epoch["requests"]
-                );
+                )?;
             }
         }
-        println!("storage: {}", requests.snapshot());
+        for (name, m) in names.iter().zip(&metrics) {
+            writeln!(out, "storage {name}: {}", m.snapshot())?;
+        }
         if let Some(cache) = cache {
-            println!("cache: {cache}");
+            writeln!(out, "cache: {cache}")?;
         }
         if let Some(summary) = summary {
-            println!("{summary}");
+            writeln!(out, "{summary}")?;
         }
     }
     Ok(())

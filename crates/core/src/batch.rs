@@ -42,6 +42,10 @@ pub struct Batch {
     /// Samples that failed and were skipped (under `ErrorPolicy::Skip`), with their errors:
     /// this batch's, and those of batches before it that had no sample left.
     pub skipped: Vec<ItemError>,
+    /// How many samples at the end repeat samples other ranks read: only in an epoch's last
+    /// global batch when it holds fewer samples than there are ranks, so that every rank
+    /// still takes a step (mask them out of the loss to count each sample once).
+    pub padding: usize,
 }
 
 impl Batch {
@@ -161,6 +165,7 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
         keys,
         epoch: raw.epoch,
         skipped: raw.skipped,
+        padding: raw.padding,
     })
 }
 
@@ -180,6 +185,8 @@ pub struct BatchTensors {
     pub epoch: u64,
     /// Samples that failed and were skipped, with their errors.
     pub skipped: Vec<ItemError>,
+    /// Samples at the end that repeat other ranks' ([`Batch::padding`]).
+    pub padding: usize,
 }
 
 impl Batch {
@@ -198,6 +205,7 @@ impl Batch {
             keys: self.keys,
             epoch: self.epoch,
             skipped: self.skipped,
+            padding: self.padding,
         }
     }
 }
@@ -221,6 +229,7 @@ mod tests {
             keys: vec!["a".into(), "b".into()],
             epoch: 3,
             skipped: Vec::new(),
+            padding: 0,
         };
         let mut t = batch.into_tensors();
         assert_eq!(t.images.as_bytes().as_ptr(), at, "no copy");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use loader_decoder::{Pipeline, Sample};
-use loader_sampler::Sampler;
+use loader_sampler::{Batching, Sampler, StopRule};
 use loader_scheduler::{
     ErrorPolicy, Fetch, Hedge, Order, RawBatch, SampleInfo, Stage, StageError, Trace, Weigh,
 };
@@ -19,13 +19,14 @@ use crate::loader::DataLoader;
 use crate::memory::BatchMemory;
 use crate::options::{LoaderOptions, ShardOrder};
 use crate::plan::Planner;
+use crate::source::{Source, combine};
 use crate::stage::{Collate, Stages, pipeline_stage, sample_weight};
 use crate::{Dataset, Error, Result};
 
 /// Settings of a [`DataLoader`]; see [`DataLoader::builder`].
 pub struct DataLoaderBuilder<T = Sample, B = Batch> {
-    storage: DynStorage,
-    dataset: Dataset,
+    /// The datasets read, each with its store and weight (one, unless a mixture).
+    sources: Vec<Source>,
     options: LoaderOptions,
     sampler: Option<Arc<dyn Sampler>>,
     stage: Stage<T>,
@@ -48,14 +49,42 @@ impl DataLoader {
     /// transient failures ([`RetryConfig::default`]) with a
     /// [`DEFAULT_REQUEST_TIMEOUT`](crate::DEFAULT_REQUEST_TIMEOUT) per attempt.
     pub fn builder(storage: DynStorage, dataset: Dataset) -> DataLoaderBuilder {
+        Self::mixture(vec![Source::new(storage, dataset)])
+    }
+
+    /// Start configuring a loader of several datasets, each in its own store, read by their
+    /// weights: every prefix of the run's order holds each source within one sample of its
+    /// share. Epochs end by [`stop`](DataLoaderBuilder::stop) (default: when the first source
+    /// has been read whole); otherwise as [`builder`](Self::builder).
+    ///
+    /// ```
+    /// use loader_core::{DataLoader, Dataset, Source, StopRule, from_url};
+    /// # fn main() -> loader_core::Result<()> {
+    /// let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    /// loader_testkit::DatasetSpec::tiny(14, 2).write(a.path()).unwrap();
+    /// loader_testkit::DatasetSpec::tiny(6, 2).write(b.path()).unwrap();
+    /// let open = |d: &tempfile::TempDir| -> loader_core::Result<Source> {
+    ///     let store = from_url(&d.path().to_string_lossy(), Vec::<(String, String)>::new())?;
+    ///     let dataset = Dataset::image_folder_blocking(&*store)?;
+    ///     Ok(Source::new(store, dataset))
+    /// };
+    /// let loader = DataLoader::mixture(vec![open(&a)?.weight(0.7), open(&b)?.weight(0.3)])
+    ///     .batch_size(4)
+    ///     .shuffle(true)
+    ///     .stop(StopRule::AllExhausted)
+    ///     .build()?;
+    /// assert_eq!(loader.samples_per_epoch(), 20); // b's 6 samples read by position 20
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn mixture(sources: Vec<Source>) -> DataLoaderBuilder {
         let decode_only = Pipeline::builder()
             .build()
             .unwrap_or_else(|_| Pipeline::imagenet_eval());
         let lender = Lender::default();
         let (stage, collate) = pipeline_stage(decode_only, Arc::clone(&lender));
         DataLoaderBuilder {
-            storage,
-            dataset,
+            sources,
             options: LoaderOptions::default(),
             sampler: None,
             stage,
@@ -194,9 +223,14 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
-    /// Read this rank's share of every epoch (PyTorch's DistributedSampler semantics:
-    /// equal counts, the last share padded with the first samples). For shards in
-    /// shard-local order, ranks read disjoint pieces of the shuffled shard sequence.
+    /// Read this rank's share of each global batch: global batch `b` is positions
+    /// `K + b·G .. K + (b+1)·G` of the epoch's order (`G` = `world_size` × `batch_size`, `K`
+    /// where the run started), and rank `r` takes `batch_size` of them, as PyTorch's
+    /// DistributedSampler gives rank `r` the indices `r, r + W, ...`; shards' lanes stay
+    /// with one rank. The order does not depend on the world size, so a state saved on one
+    /// resumes on any other. An epoch's last global batch is shared out evenly (batches
+    /// differ by at most one sample); a rank left without a sample repeats one
+    /// ([`Batch::padding`]), so every rank takes as many steps.
     pub fn distributed(mut self, rank: usize, world_size: usize) -> Self {
         self.options.rank = rank;
         self.options.world_size = world_size;
@@ -209,6 +243,35 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// (coalesced with neighbours), as under [`ShardOrder::Global`].
     pub fn subset(mut self, range: std::ops::Range<usize>) -> Self {
         self.options.subset = Some(range);
+        self
+    }
+
+    /// When an epoch of a mixture ends (default [`StopRule::FirstExhausted`]).
+    pub fn stop(mut self, stop: StopRule) -> Self {
+        self.options.mixture.stop = stop;
+        self
+    }
+
+    /// Mixed global batches (default) or each from one source ([`Batching::PerStream`]).
+    pub fn batching(mut self, batching: Batching) -> Self {
+        self.options.mixture.batching = batching;
+        self
+    }
+
+    /// Lanes of a shard-local order (default 16): a world size that divides it gives each
+    /// rank lanes of its own, so each chunk is read by one rank; others read a chunk from
+    /// up to `W / gcd(W, lanes)` ranks. Part of the order: a state resumes only under the
+    /// same count.
+    pub fn lanes(mut self, lanes: u32) -> Self {
+        self.options.lanes = lanes;
+        self
+    }
+
+    /// Resume a state saved under other weights or sources by starting a new segment at
+    /// its position (each source in both continues where it stood, a new one from its
+    /// start), instead of refusing it.
+    pub fn new_segment(mut self, allow: bool) -> Self {
+        self.options.mixture.new_segment = allow;
         self
     }
 
@@ -285,18 +348,19 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         if options.batch_size == 0 {
             return Err(ConfigError::NoBatchSize.into());
         }
-        if self.dataset.is_empty() {
+        if self.sources.is_empty() || self.sources.iter().all(|s| s.dataset.is_empty()) {
             return Err(ConfigError::EmptyDataset.into());
         }
         options.validate()?;
         let mut config = options.engine_config();
         config.trace = self.trace;
         config.runtime = self.runtime;
-        let (mut planner, stamp) = Planner::new(self.dataset, &options, self.sampler)?;
+        let (storage, dataset, offsets) = combine(&self.sources)?;
+        let mut planner = Planner::new(&self.sources, dataset, &offsets, &options, self.sampler)?;
         // Per attempt, inside the retry: a stalled attempt is abandoned and repeated.
         let storage = match options.storage.request_timeout {
-            Some(timeout) => Arc::new(self.storage.with_timeout(timeout)) as DynStorage,
-            None => self.storage,
+            Some(timeout) => Arc::new(storage.with_timeout(timeout)) as DynStorage,
+            None => storage,
         };
         let storage = match self.retry.or_else(|| options.retry_config()) {
             Some(retry) => Arc::new(storage.with_retry(retry)) as DynStorage,
@@ -316,7 +380,6 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         Ok(DataLoader::new(
             storage,
             planner,
-            stamp,
             Stages {
                 stage: self.stage,
                 weigh: self.weigh,
@@ -373,8 +436,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         collate: Collate<U, C>,
     ) -> DataLoaderBuilder<U, C> {
         DataLoaderBuilder {
-            storage: self.storage,
-            dataset: self.dataset,
+            sources: self.sources,
             options: self.options,
             sampler: self.sampler,
             stage,

@@ -131,6 +131,16 @@ pub enum ConfigError {
     /// A `subset` together with a sampler or `distributed`, which choose the indices too.
     #[error("give either `subset` or a sampler / `distributed`, not both")]
     SubsetAndSampler,
+    /// A caller's sampler with several sources or ranks, which the global order decides.
+    #[error(
+        "a sampler given to the loader reads one dataset on one rank; for ranks or a mixture \
+         of datasets, leave the order to the loader (distributed, weights)"
+    )]
+    SamplerAndMixture,
+    /// Sources of a mixture whose samples do not mean the same (other classes, other kinds
+    /// of label): batches would mix labels that say different things.
+    #[error("the sources of a mixture {0}")]
+    Mixture(String),
     /// The engine refused its settings.
     #[error(transparent)]
     Engine(#[from] loader_scheduler::ConfigError),
@@ -169,7 +179,7 @@ pub enum StateError {
     #[error(
         "the state was saved under another {what} ({saved}) than this loader's ({current}); \
          its position would name other samples here, so it is refused. Resume with the \
-         settings it was saved under (resuming on another world size is not supported yet)"
+         settings it was saved under (the world size and batch size may change)"
     )]
     OtherOrder {
         /// What differs.
@@ -178,6 +188,33 @@ pub enum StateError {
         saved: String,
         /// This loader's.
         current: String,
+    },
+    /// A state saved under another mixture (weights, sources, stop rule or batching), which
+    /// a new segment could continue, but none was asked for.
+    #[error(
+        "the state was saved under other {what} ({saved}) than this loader's ({current}). \
+         Set new_segment to continue from it: a new segment starts at its position, the \
+         sources in both continue where they stood and new ones start at their first sample; \
+         or resume with the mixture it was saved under"
+    )]
+    MixtureChanged {
+        /// What differs.
+        what: &'static str,
+        /// The saved state's.
+        saved: String,
+        /// This loader's.
+        current: String,
+    },
+    /// A state of a build that counted each rank's own samples.
+    #[error(
+        "the state was saved by an earlier version of the loader (order version {version}), \
+         whose positions counted each rank's own samples; this version counts positions of \
+         one global order, so it cannot say which samples that state had read. Start the \
+         epoch it names again (set_epoch), or resume with the build that saved it"
+    )]
+    OldVersion {
+        /// The state's order version.
+        version: u32,
     },
 }
 

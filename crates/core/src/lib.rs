@@ -79,19 +79,21 @@ pub use labels::labels_tensor;
 pub use loader::DataLoader;
 pub use memory::{BatchMemory, LentBlock, MemoryError};
 pub use options::{
-    CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, OptionKey, OptionValue,
-    ShardOrder, StorageOptions,
+    CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, MixtureOptions, OptionKey,
+    OptionValue, ShardOrder, StorageOptions,
 };
 pub use source::{
     Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member, ShardLayout,
-    SourceError,
+    Source, SourceError,
 };
 pub use source::{store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
-pub use state::{LoaderState, OrderStamp, SamplerKind};
+pub use state::{CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
-pub use loader_sampler::{self as sampler, DistributedSampler, Sampler, SamplerState};
+pub use loader_sampler::{
+    self as sampler, Batching, DistributedSampler, Sampler, SamplerState, Segment, StopRule,
+};
 pub use loader_scheduler::{
     self as scheduler, ClassSet, ErrorPolicy, Fetch, Hedge, ItemError, Label, LimitReason, Metrics,
     Order, RawBatch, SampleInfo, StageError, Summary, Trace,

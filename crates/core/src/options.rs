@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use loader_sampler::{Batching, DEFAULT_LANES, StopRule};
 use loader_scheduler::{Config, ErrorPolicy, Fetch, Hedge, Order};
 use loader_storage::layer::{CacheConfig, CachePolicy, RetryConfig};
 
@@ -138,22 +139,38 @@ options_group! {
         epochs: Option<u64> = None,
         /// How shards are shuffled: `local` (few large GETs) or `global` (a GET per sample).
         shard_order: ShardOrder = ShardOrder::Local,
-        /// Samples shuffled together in shard-local order (none: 8 chunks' worth).
+        /// Samples shuffled together in each lane of a shard-local order (none: 4 chunks' worth).
         shuffle_buffer: Option<usize> = None,
-        /// This process's rank among `world_size` (DistributedSampler's semantics).
+        /// Lanes of a shard-local order: a world size dividing it gives each rank lanes of its own.
+        lanes: u32 = DEFAULT_LANES,
+        /// This process's rank among `world_size`: it takes its share of each global batch.
         rank: usize = 0,
-        /// Processes that share each epoch; 1 reads it all.
+        /// Processes that share each global batch; 1 reads it all.
         world_size: usize = 1,
         /// Read only the dataset indices `start..end` (none: all of them).
         subset: Option<Range<usize>> = None,
     }
     groups {
+        /// How several datasets are mixed, and how a run continues under another mixture.
+        mixture: MixtureOptions,
         /// How the engine fetches, decodes and orders.
         engine: EngineOptions,
         /// How each request to the store is bounded and retried.
         storage: StorageOptions,
         /// The cache in memory and on local disk.
         cache: CacheOptions,
+    }
+}
+
+options_group! {
+    /// How several datasets are mixed, and how a run continues under another mixture.
+    pub struct MixtureOptions {
+        /// When an epoch ends: `first_exhausted`, `all_exhausted`, `all_exhausted_without_replacement`, `samples_per_epoch:N` or `cycle_forever`.
+        stop: StopRule = StopRule::FirstExhausted,
+        /// `mixed` (sources interleaved sample by sample) or `per_stream` (each global batch from one source).
+        batching: Batching = Batching::Mixed,
+        /// Resume a state saved under other weights or sources by starting a new segment at its position.
+        new_segment: bool = false,
     }
 }
 
@@ -242,6 +259,14 @@ impl LoaderOptions {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.batch_size == 0 {
             return Err(ConfigError::NoBatchSize);
+        }
+        if self.lanes == 0 {
+            return Err(ConfigError::Option("lanes must be at least 1".into()));
+        }
+        if self.shuffle_buffer == Some(0) {
+            return Err(ConfigError::Option(
+                "shuffle_buffer must be at least 1 sample (none: 4 chunks' worth)".into(),
+            ));
         }
         if let Some(timeout) = self.storage.request_timeout
             && timeout.is_zero()
@@ -420,6 +445,58 @@ impl OptionValue for ShardOrder {
     }
 }
 
+/// `first_exhausted`, `all_exhausted`, `all_exhausted_without_replacement`,
+/// `samples_per_epoch:N`, `cycle_forever`.
+impl OptionValue for StopRule {
+    fn parse(text: &str) -> Result<Self, String> {
+        let lower = text.trim().to_ascii_lowercase().replace('-', "_");
+        if let Some(n) = lower.strip_prefix("samples_per_epoch") {
+            let n = n.trim_start_matches([':', '=']).trim();
+            return match u64::parse(n)? {
+                0 => Err("samples_per_epoch must be at least 1".into()),
+                n => Ok(StopRule::SamplesPerEpoch(n)),
+            };
+        }
+        match lower.as_str() {
+            "first_exhausted" => Ok(StopRule::FirstExhausted),
+            "all_exhausted" => Ok(StopRule::AllExhausted),
+            "all_exhausted_without_replacement" => Ok(StopRule::AllExhaustedWithoutReplacement),
+            "cycle_forever" => Ok(StopRule::CycleForever),
+            _ => Err(format!(
+                "{text:?}: first_exhausted, all_exhausted, all_exhausted_without_replacement, \
+                 samples_per_epoch:N or cycle_forever"
+            )),
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            StopRule::FirstExhausted => "first_exhausted".into(),
+            StopRule::AllExhausted => "all_exhausted".into(),
+            StopRule::AllExhaustedWithoutReplacement => "all_exhausted_without_replacement".into(),
+            StopRule::SamplesPerEpoch(n) => format!("samples_per_epoch:{n}"),
+            StopRule::CycleForever => "cycle_forever".into(),
+        }
+    }
+}
+
+/// `mixed` or `per_stream`.
+impl OptionValue for Batching {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "mixed" => Ok(Batching::Mixed),
+            "per_stream" => Ok(Batching::PerStream),
+            _ => Err(format!("{text:?}: mixed or per_stream")),
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            Batching::Mixed => "mixed",
+            Batching::PerStream => "per_stream",
+        }
+        .into()
+    }
+}
+
 impl OptionValue for Order {
     fn parse(text: &str) -> Result<Self, String> {
         match text.to_ascii_lowercase().replace('-', "_").as_str() {
@@ -571,6 +648,8 @@ mod tests {
             ("storage.max_retries", "none"),
             ("cache.dir", "/tmp/c"),
             ("cache.policy", "lru"),
+            ("mixture.stop", "samples_per_epoch:1000"),
+            ("mixture.batching", "per-stream"),
         ] {
             o.set(key, value).unwrap();
         }
@@ -583,6 +662,8 @@ mod tests {
         let cache = o.cache_config().unwrap();
         assert_eq!(cache.dir, Some(PathBuf::from("/tmp/c")));
         assert_eq!(cache.policy, CachePolicy::Lru);
+        assert_eq!(o.mixture.stop, StopRule::SamplesPerEpoch(1000));
+        assert_eq!(o.mixture.batching, Batching::PerStream);
     }
 
     #[test]

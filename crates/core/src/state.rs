@@ -1,23 +1,32 @@
-//! A loader's checkpoint: where it stands, and what its order was made of, so a resume
-//! under another order is refused instead of silently reading other samples.
+//! A loader's checkpoint: where the run stands in its global order, and what that order was
+//! made of, so a resume under another order is refused (or, when asked for, starts a new
+//! segment of a mixture) instead of silently reading other samples.
 
 use serde::{Deserialize, Serialize};
 
 use crate::Dataset;
 use crate::error::StateError;
+use loader_sampler::{Batching, Segment, StopRule};
 use loader_scheduler::Label;
 
-/// Where a loader stands: the epoch, and how many of its items were delivered (skipped
-/// items count as delivered: they were reported), with the stamp of the order they were
-/// counted in. Serialisable into any checkpoint; [`DataLoader::resume`](crate::DataLoader::resume)
-/// refuses a state whose stamp is not the loader's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+/// The version of [`OrderStamp`] this build writes: 2, the global order (one position for
+/// every rank). States of version 1 counted each rank's own samples.
+pub const ORDER_VERSION: u32 = 2;
+
+/// Where a run stands: the epoch, and how many positions of that epoch's global order the
+/// delivered steps consumed (skipped samples count: they were reported), with the stamp of
+/// the order. Every rank of a run has the same state after the same step, so any rank's
+/// checkpoint restores every rank, on any world size and batch size. Serialisable into any
+/// checkpoint; [`DataLoader::resume`](crate::DataLoader::resume) checks the stamp.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct LoaderState {
     /// The epoch being read.
     pub epoch: u64,
-    /// How many samples of that epoch (this rank's) were delivered.
+    /// Positions of that epoch's global order consumed (for a caller's sampler: this
+    /// rank's samples delivered).
     pub position: u64,
-    /// What the order was made of; `None` in a state written by hand, which is not checked.
+    /// What the order was made of; `None` in a state written by hand, which is not checked
+    /// (the loader's own order and segment go on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<OrderStamp>,
 }
@@ -33,58 +42,99 @@ impl LoaderState {
     }
 }
 
-/// What a position means: the dataset, the sampler and the share of it this rank reads. Two
-/// loaders with equal stamps deliver the same samples at the same positions (every rank of
-/// one run has the same stamp, so any rank's checkpoint restores every rank).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// What a position means: the sources, how they are ordered and mixed, and where the
+/// current mixture took over. Two loaders with equal stamps deliver the same samples at the
+/// same positions, whatever their world and batch sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OrderStamp {
+    /// [`ORDER_VERSION`] when written by this build; 0 or 1 for a state of a build that
+    /// counted each rank's own samples, which is refused.
+    #[serde(default)]
+    pub version: u32,
+    /// The seed of the shuffle.
+    pub seed: u64,
+    /// Whether the order is shuffled.
+    pub shuffle: bool,
+    /// The global order; `None` under a caller's sampler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture: Option<MixtureStamp>,
+    /// A caller's sampler; `None` under the global order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomStamp>,
+}
+
+/// The global order a state was saved under.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MixtureStamp {
+    /// Each source, in the loader's order.
+    pub sources: Vec<SourceStamp>,
+    /// When an epoch ends.
+    pub stop: StopRule,
+    /// Mixed or per-source global batches.
+    pub batching: Batching,
+    /// How each source orders its own samples (`shard_local(lanes, window)`, `shuffled`,
+    /// `sequential`, with a subset's range): must be the same to resume.
+    pub arrangement: String,
+    /// Where the current weights and sources took over.
+    pub segment: Segment,
+    /// Each source's reads before the state's position: where a new segment continues it.
+    pub cursors: Vec<u64>,
+    /// The state's position in the sources' stream (the same as the epoch position unless
+    /// reads carry across epochs).
+    pub stream: u64,
+}
+
+/// One source of a global order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SourceStamp {
+    /// Its samples.
+    pub samples: u64,
+    /// A hash of every sample's object, byte range and label, in order.
+    pub hash: u64,
+    /// Its whole-number weight in the mixture.
+    pub weight: u64,
+}
+
+impl SourceStamp {
+    /// The source's identity, whatever its weight.
+    pub fn same_source(&self, other: &SourceStamp) -> bool {
+        self.samples == other.samples && self.hash == other.hash
+    }
+}
+
+/// What is known of a caller's sampler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CustomStamp {
     /// Samples in the dataset.
     pub samples: u64,
     /// A hash of every sample's object, byte range and label, in order.
     pub dataset: u64,
-    /// Samples an epoch of one rank reads.
+    /// Samples the sampler yields per epoch.
     pub epoch_samples: u64,
-    /// Ranks the epoch is split over.
-    pub world_size: u64,
-    /// Which sampler makes the order.
-    pub sampler: SamplerKind,
-    /// Whether the order is shuffled.
-    pub shuffle: bool,
-    /// The seed of the shuffle.
-    pub seed: u64,
-}
-
-/// The samplers a loader builds, and a sampler given to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum SamplerKind {
-    /// Every sample in dataset order, or a random permutation per epoch.
-    Plain,
-    /// A share of each epoch per rank (PyTorch's `DistributedSampler`).
-    Distributed,
-    /// Shards in random order, samples shuffled within a buffer.
-    ShardLocal {
-        /// Samples shuffled together.
-        buffer: Option<u64>,
-    },
-    /// A range of the dataset's indices.
-    Subset {
-        /// First index.
-        start: u64,
-        /// One past the last.
-        end: u64,
-    },
-    /// A sampler the caller gave: only its length is known.
-    Custom,
 }
 
 /// The highest epoch a state may name: past it, the next epoch's number would not exist.
 const MAX_EPOCH: u64 = 1 << 62;
 
+/// What a saved mixture stamp means against the loader's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// The same order: go on in the saved segment.
+    Same(Segment),
+    /// Other weights, sources, stop rule or batching: a new segment at the saved position
+    /// may continue it (when asked for).
+    Changed {
+        /// What changed, for the message.
+        what: &'static str,
+        saved: String,
+        current: String,
+    },
+}
+
 impl OrderStamp {
-    /// Check that `saved` (a checkpoint's stamp) describes the same order as `self`.
-    pub(crate) fn check(&self, saved: &OrderStamp) -> Result<(), StateError> {
+    /// Check that `saved` (a checkpoint's stamp) describes an order this loader (stamped
+    /// `self`) can continue, and how.
+    pub(crate) fn fit(&self, saved: &OrderStamp) -> Result<Option<Fit>, StateError> {
         let differ = |what: &'static str, saved: String, current: String| {
             Err(StateError::OtherOrder {
                 what,
@@ -92,26 +142,10 @@ impl OrderStamp {
                 current,
             })
         };
-        if saved.samples != self.samples || saved.dataset != self.dataset {
-            return differ(
-                "dataset",
-                format!("{} samples (hash {:016x})", saved.samples, saved.dataset),
-                format!("{} samples (hash {:016x})", self.samples, self.dataset),
-            );
-        }
-        if saved.world_size != self.world_size {
-            return differ(
-                "world size",
-                saved.world_size.to_string(),
-                self.world_size.to_string(),
-            );
-        }
-        if saved.sampler != self.sampler {
-            return differ(
-                "sampler",
-                format!("{:?}", saved.sampler),
-                format!("{:?}", self.sampler),
-            );
+        if saved.version != ORDER_VERSION {
+            return Err(StateError::OldVersion {
+                version: saved.version,
+            });
         }
         if saved.shuffle != self.shuffle {
             return differ(
@@ -123,43 +157,144 @@ impl OrderStamp {
         if saved.shuffle && saved.seed != self.seed {
             return differ("seed", saved.seed.to_string(), self.seed.to_string());
         }
-        if saved.epoch_samples != self.epoch_samples {
-            return differ(
-                "samples per epoch",
-                saved.epoch_samples.to_string(),
-                self.epoch_samples.to_string(),
-            );
+        match (&saved.custom, &self.custom, &saved.mixture, &self.mixture) {
+            (Some(s), Some(c), _, _) => {
+                if s.samples != c.samples || s.dataset != c.dataset {
+                    return differ(
+                        "dataset",
+                        format!("{} samples (hash {:016x})", s.samples, s.dataset),
+                        format!("{} samples (hash {:016x})", c.samples, c.dataset),
+                    );
+                }
+                if s.epoch_samples != c.epoch_samples {
+                    return differ(
+                        "samples per epoch of the sampler",
+                        s.epoch_samples.to_string(),
+                        c.epoch_samples.to_string(),
+                    );
+                }
+                Ok(None)
+            }
+            (None, None, Some(s), Some(c)) => {
+                if s.arrangement != c.arrangement {
+                    return differ(
+                        "arrangement of the sources' samples",
+                        s.arrangement.clone(),
+                        c.arrangement.clone(),
+                    );
+                }
+                if s.stop.carries_across_epochs() != c.stop.carries_across_epochs() {
+                    return differ("stop rule", stop_name(s.stop), stop_name(c.stop));
+                }
+                let same_sources = s.sources.len() == c.sources.len()
+                    && s.sources
+                        .iter()
+                        .zip(&c.sources)
+                        .all(|(a, b)| a.same_source(b));
+                let changed = |what, saved: String, current: String| {
+                    Ok(Some(Fit::Changed {
+                        what,
+                        saved,
+                        current,
+                    }))
+                };
+                if !same_sources {
+                    // One source alone is a dataset, not a mixture: say it as one.
+                    let what = if s.sources.len() == 1 && c.sources.len() == 1 {
+                        "dataset"
+                    } else {
+                        "sources"
+                    };
+                    return changed(what, sources_text(&s.sources), sources_text(&c.sources));
+                }
+                if s.sources
+                    .iter()
+                    .zip(&c.sources)
+                    .any(|(a, b)| a.weight != b.weight)
+                {
+                    return changed(
+                        "weights",
+                        weights_text(&s.sources),
+                        weights_text(&c.sources),
+                    );
+                }
+                if s.stop != c.stop {
+                    return changed("stop rule", stop_name(s.stop), stop_name(c.stop));
+                }
+                if s.batching != c.batching {
+                    return changed(
+                        "batching",
+                        format!("{:?}", s.batching),
+                        format!("{:?}", c.batching),
+                    );
+                }
+                Ok(Some(Fit::Same(s.segment.clone())))
+            }
+            _ => differ(
+                "sampler",
+                sampler_name(saved).into(),
+                sampler_name(self).into(),
+            ),
         }
-        Ok(())
     }
 }
 
-/// Check `state` against a loader whose order is `stamp` and whose epochs hold
-/// `epoch_samples` samples.
-pub(crate) fn check(
+fn sampler_name(stamp: &OrderStamp) -> &'static str {
+    if stamp.custom.is_some() {
+        "a sampler given to the loader"
+    } else {
+        "the loader's global order"
+    }
+}
+
+fn stop_name(stop: StopRule) -> String {
+    match stop {
+        StopRule::SamplesPerEpoch(n) => format!("samples_per_epoch={n}"),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| format!("{other:?}")),
+    }
+}
+
+fn sources_text(sources: &[SourceStamp]) -> String {
+    sources
+        .iter()
+        .map(|s| format!("{} samples (hash {:016x})", s.samples, s.hash))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn weights_text(sources: &[SourceStamp]) -> String {
+    sources
+        .iter()
+        .map(|s| s.weight.to_string())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Check `state`'s epoch and position against an epoch of `epoch_positions` positions
+/// (`None`: endless).
+pub(crate) fn check_position(
     state: &LoaderState,
-    stamp: &OrderStamp,
-    epoch_samples: usize,
+    epoch_positions: Option<u64>,
 ) -> Result<(), StateError> {
     if state.epoch > MAX_EPOCH {
         return Err(StateError::EpochOutOfRange { epoch: state.epoch });
     }
-    // Another order first: it says why a position does not fit, where "beyond the epoch"
-    // would not.
-    if let Some(saved) = &state.order {
-        stamp.check(saved)?;
-    }
-    if state.position > epoch_samples as u64 {
+    if let Some(samples) = epoch_positions
+        && state.position > samples
+    {
         return Err(StateError::BeyondEpoch {
             position: state.position,
-            samples: epoch_samples,
+            samples: samples as usize,
         });
     }
     Ok(())
 }
 
-/// A label's part of the dataset hash: a class (or none, -1) as the eight bytes it always
-/// was, so states saved before labels had other kinds still resume; the other kinds tagged.
+/// A label's part of the dataset hash: a class (or none, -1) as eight bytes, the other
+/// kinds tagged.
 fn hash_label(hasher: &mut xxhash_rust::xxh3::Xxh3, label: &Label) {
     match label {
         Label::None => hasher.update(&(-1i64).to_le_bytes()),
@@ -183,7 +318,7 @@ fn hash_label(hasher: &mut xxhash_rust::xxh3::Xxh3, label: &Label) {
     }
 }
 
-/// The dataset's part of a stamp: a hash of each sample's object, range and label.
+/// A dataset's fingerprint: a hash of each sample's object, range and label.
 pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     for item in dataset.items() {

@@ -8,10 +8,11 @@
 //! breaking early and starting a new pass), transient faults, stalls past the timeout and a
 //! panicking backend, and whether the bytes come from local disk, the in-process S3 server
 //! or that server behind the delay proxy, and whether a cache (memory, disk, both; tiny
-//! budgets, any policy) sits in front of the store: every epoch delivers each of its samples exactly
-//! once, in the sampler's order, with the sample's own bytes, or reports it skipped with
-//! its key; nothing hangs (every run is under the watchdog) and no thread of the loader is
-//! left once it is dropped.
+//! budgets, any policy) sits in front of the store, under the loader's global order or a
+//! sampler given to it: every epoch delivers each of this rank's samples exactly once, in
+//! order, with the sample's own bytes, or reports it skipped with its key; nothing hangs
+//! (every run is under the watchdog) and no thread of the loader is left once it is
+//! dropped. (Several ranks and restripes across runs: `elastic.rs`.)
 //!
 //! 512 cases by default (about 40 s in a debug build on 2 cores);
 //! `LOADER_PROPTEST_CASES=N` runs N. Alone in its test binary: threads are counted
@@ -21,12 +22,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use loader_core::sampler::{BatchSampler, RandomSampler, SamplerState, SequentialSampler};
+use loader_core::sampler::{BatchSampler, RandomSampler, SamplerState, SequentialSampler, Stripe};
 use loader_core::scheduler::THREAD_PREFIX;
 use loader_core::storage::layer::{CacheConfig, CachePolicy, FaultConfig, RetryConfig};
 use loader_core::{
-    DataLoader, Dataset, DistributedSampler, DynStorage, ErrorPolicy, Fetch, LoaderState, RawBatch,
-    SampleInfo, Sampler, StorageExt, from_url,
+    DataLoader, Dataset, DynStorage, ErrorPolicy, Fetch, LoaderState, RawBatch, SampleInfo,
+    Sampler, StorageExt, from_url,
 };
 use loader_testkit::watchdog::within;
 use loader_testkit::{DelayProxy, HookedStore, S3Server};
@@ -97,6 +98,8 @@ struct Case {
     /// that entries are evicted (and refused) all the time, by the policy `seed` picks.
     cache: u8,
     seed: u64,
+    /// A sampler given to the loader (one rank) rather than the loader's global order.
+    custom: bool,
 }
 
 fn fetch() -> impl Strategy<Value = Fetch> {
@@ -140,7 +143,9 @@ fn case() -> impl Strategy<Value = Case> {
                 let (fetch, decode_threads, prefetch) = engine;
                 let (start, interrupt_after, set_epoch_after_resume, passes, consumer) = run;
                 let (error_rate, stall_rate, panic_at, backend, seed, cache) = faults;
+                let custom = seed % 5 == 0 && world_size == 1;
                 Case {
+                    custom,
                     items,
                     batch_size,
                     drop_last,
@@ -176,34 +181,86 @@ struct Seen {
 }
 
 impl Case {
+    /// A caller's sampler, when the case gives one.
     fn sampler(&self) -> Arc<dyn Sampler> {
-        if self.world_size > 1 {
-            Arc::new(
-                DistributedSampler::new(self.items, self.rank, self.world_size)
-                    .shuffle(self.shuffle)
-                    .seed(self.seed)
-                    .build()
-                    .unwrap(),
-            )
-        } else if self.shuffle {
+        if self.shuffle {
             Arc::new(RandomSampler::new(self.items, self.seed).unwrap())
         } else {
             Arc::new(SequentialSampler::new(self.items))
         }
     }
 
-    /// Batches per epoch; 0 when `drop_last` leaves none (the loader refuses to build).
-    fn batches(&self) -> usize {
-        BatchSampler::new(self.sampler(), self.batch_size, self.drop_last).len()
+    /// Samples of a global batch: every rank's.
+    fn global_batch(&self) -> u64 {
+        (self.world_size * self.batch_size) as u64
     }
 
-    /// The indices of `epoch` from `position` on, in the order the loader must deliver them.
-    fn expected(&self, state: LoaderState) -> Vec<u64> {
-        BatchSampler::new(self.sampler(), self.batch_size, self.drop_last)
-            .resume(sampler_state(state))
-            .flatten()
-            .map(|i| i as u64)
-            .collect()
+    /// Batches per epoch; 0 when `drop_last` leaves none (the loader refuses to build).
+    fn batches(&self) -> usize {
+        if self.custom {
+            return BatchSampler::new(self.sampler(), self.batch_size, self.drop_last).len();
+        }
+        self.batches_left(0) as usize
+    }
+
+    /// Batches of this rank from `position` to the epoch's end.
+    fn batches_left(&self, position: u64) -> u64 {
+        let left = (self.items as u64).saturating_sub(position);
+        if self.drop_last {
+            left / self.global_batch()
+        } else {
+            left.div_ceil(self.global_batch())
+        }
+    }
+
+    /// (epoch position, index) of this rank's reads of `epoch` from `position` on, in the
+    /// order the loader must deliver them. Under the global order: positions of the epoch's
+    /// order (read off a one-rank loader of the same data, whose share is every position),
+    /// global batches from `position` cut among the ranks as `Stripe` cuts them (one source:
+    /// a read's slot is its position).
+    fn expected(&self, state: LoaderState) -> Vec<(u64, u64)> {
+        if self.custom {
+            return BatchSampler::new(self.sampler(), self.batch_size, self.drop_last)
+                .resume(sampler_state(state.clone()))
+                .flatten()
+                .enumerate()
+                .map(|(k, i)| (state.position + k as u64, i as u64))
+                .collect();
+        }
+        let order = DataLoader::builder(self.store(), self.dataset())
+            .shuffle(self.shuffle)
+            .seed(self.seed)
+            .build()
+            .unwrap()
+            .planned(state.epoch)
+            .take(self.items)
+            .collect::<Vec<u64>>();
+        let (g, end) = (self.global_batch(), self.items as u64);
+        let stripe = Stripe {
+            rank: self.rank,
+            world: self.world_size,
+            batch_size: self.batch_size,
+        };
+        let mut out = Vec::new();
+        let mut k = state.position;
+        while k < end {
+            let stop = (k + g).min(end);
+            if self.drop_last && stop - k < g {
+                break;
+            }
+            let slots: Vec<u64> = (k..stop).collect();
+            let share = stripe.share(&slots);
+            for o in share.offsets.iter().chain(&share.padding) {
+                let p = k + u64::from(*o);
+                out.push((p, order[p as usize]));
+            }
+            k = stop;
+        }
+        out
+    }
+
+    fn dataset(&self) -> Dataset {
+        Dataset::from_pairs((0..self.items).map(|i| (format!("{i}.bin"), 0)))
     }
 
     fn store(&self) -> DynStorage {
@@ -236,8 +293,7 @@ impl Case {
     }
 
     fn loader(&self, cache_dir: &std::path::Path) -> DataLoader<u64, Seen> {
-        let dataset = Dataset::from_pairs((0..self.items).map(|i| (format!("{i}.bin"), 0)));
-        let mut builder = DataLoader::builder(self.store(), dataset);
+        let mut builder = DataLoader::builder(self.store(), self.dataset());
         if self.cache > 0 {
             let policy = [CachePolicy::Lru, CachePolicy::PinOnce, CachePolicy::Future]
                 [(self.seed % 3) as usize];
@@ -269,11 +325,13 @@ impl Case {
                 ..RetryConfig::default()
             }))
             .request_timeout(Some(Duration::from_millis(150)));
-        let builder = if self.world_size > 1 || self.shuffle {
-            let sampler = self.sampler();
-            builder.sampler(sampler)
+        let builder = if self.custom {
+            builder.sampler(self.sampler())
         } else {
             builder
+                .shuffle(self.shuffle)
+                .seed(self.seed)
+                .distributed(self.rank, self.world_size)
         };
         builder
             .map(
@@ -359,11 +417,12 @@ fn check_epoch(case: &Case, state: LoaderState, seen: &[Seen]) -> Result<(), Tes
         }
     }
     got.sort_unstable();
+    let mut want = case.expected(state);
+    want.sort_unstable();
     let positions: Vec<u64> = got.iter().map(|g| g.0).collect();
-    let want_positions: Vec<u64> = (state.position..state.position + got.len() as u64).collect();
+    let want_positions: Vec<u64> = want.iter().map(|w| w.0).collect();
     prop_assert_eq!(positions, want_positions, "positions lost or repeated");
-    let indices: Vec<u64> = got.iter().map(|g| g.1).collect();
-    prop_assert_eq!(indices, case.expected(state), "not the sampler's order");
+    prop_assert_eq!(got, want, "not the order's samples");
     Ok(())
 }
 
@@ -376,12 +435,12 @@ fn run(case: Case) -> Result<(), TestCaseError> {
     if batches == 0 {
         return Ok(()); // the builder refuses an epoch without a batch (its own test)
     }
-    let epoch_len = case.sampler().len() as u64;
+    let epoch_len = case.items as u64;
     let position = ((epoch_len as f64 * case.start.1) as u64).min(epoch_len);
     let mut state = LoaderState::at(case.start.0, position);
     let cache_dir = tempfile::tempdir().unwrap();
     let mut loader = case.loader(cache_dir.path());
-    loader.resume(state).unwrap();
+    loader.resume(state.clone()).unwrap();
     for pass_no in 0..case.passes {
         let mut seen = Vec::new();
         if pass_no == 0
@@ -393,13 +452,13 @@ fn run(case: Case) -> Result<(), TestCaseError> {
             drop(loader);
             loader = case.loader(cache_dir.path());
             let resumed: LoaderState = serde_json::from_str(&checkpoint).unwrap();
-            loader.resume(resumed).unwrap();
+            loader.resume(resumed.clone()).unwrap();
             if case.set_epoch_after_resume {
                 loader.set_epoch(resumed.epoch);
             }
             if resumed.position == 0 && resumed.epoch == state.epoch + 1 {
                 // The interruption fell on the epoch's end: this pass is complete.
-                check_epoch(&case, state, &seen)?;
+                check_epoch(&case, state.clone(), &seen)?;
                 state = resumed;
                 continue;
             }
@@ -407,10 +466,14 @@ fn run(case: Case) -> Result<(), TestCaseError> {
         match case.consumer {
             0 => seen.extend(pass(&mut loader, None)),
             1 => {
-                let now = sampler_state(loader.state().unwrap());
-                let left = BatchSampler::new(case.sampler(), case.batch_size, case.drop_last)
-                    .resume(now)
-                    .count();
+                let now = loader.state().unwrap();
+                let left = if case.custom {
+                    BatchSampler::new(case.sampler(), case.batch_size, case.drop_last)
+                        .resume(sampler_state(now))
+                        .count()
+                } else {
+                    case.batches_left(now.position) as usize
+                };
                 seen.extend(pass(&mut loader, Some(left)));
             }
             _ => {
@@ -424,7 +487,7 @@ fn run(case: Case) -> Result<(), TestCaseError> {
                 }
             }
         }
-        check_epoch(&case, state, &seen)?;
+        check_epoch(&case, state.clone(), &seen)?;
         state = LoaderState::at(state.epoch + 1, 0);
         if case.consumer == 1 {
             // The training loop's own call before its next epoch (it never asked past the

@@ -287,7 +287,7 @@ fn a_failed_collate_does_not_move_the_state_past_the_batch() {
             .map(|b| b.map_err(|e| e.to_string()))
             .collect();
         let state = loader.state().unwrap();
-        loader.resume(state).unwrap();
+        loader.resume(state.clone()).unwrap();
         let resumed: Vec<_> = (&mut loader).map(|b| b.unwrap()).collect();
         (first, state, resumed)
     });
@@ -557,7 +557,7 @@ fn a_transient_skip_loses_the_sample_for_its_epoch_only_and_resume_resets_the_bu
     let (first, state, resumed, next) = no_hang("skips and budget", move || {
         let first = pass(&mut loader);
         let state = loader.state().unwrap();
-        loader.resume(state).unwrap();
+        loader.resume(state.clone()).unwrap();
         let resumed = pass(&mut loader);
         let next = pass(&mut loader);
         (first, state, resumed, next)

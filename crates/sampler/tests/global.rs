@@ -199,11 +199,23 @@ proptest! {
             }
             prop_assert!(by_epoch.values().all(|&c| c == 1));
         }
-        // Reads carry across epochs when the rule says so.
+        // Reads carry across epochs when the rule says so: each source's reads over five
+        // epochs run 0, 1, 2, ... without a gap or a repeat.
         if let StopRule::SamplesPerEpoch(n) = order.stop() {
             let a = order.epoch(0).unwrap().cursors(n);
             let b = order.epoch(1).unwrap().cursors(0);
             prop_assert_eq!(a, b);
+            let mut reads: Vec<Vec<u64>> = vec![Vec::new(); order.sources().len()];
+            for e in 0..5 {
+                let epoch = order.epoch(e).unwrap();
+                prop_assert_eq!(epoch.cursors(0), reads.iter().map(|r| r.len() as u64).collect::<Vec<_>>());
+                for d in epoch.draws(0) {
+                    reads[d.source].push(d.read);
+                }
+            }
+            for r in reads {
+                prop_assert!(r.iter().enumerate().all(|(i, &x)| x == i as u64));
+            }
         }
     }
 

@@ -13,6 +13,8 @@ pub(crate) struct Pending {
     pub(crate) position: u64,
     pub(crate) len: usize,
     pub(crate) last_in_epoch: bool,
+    pub(crate) covers: u64,
+    pub(crate) padding: usize,
 }
 
 /// The batches admitted and not yet handed over, with their items' results as they come.

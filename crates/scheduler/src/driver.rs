@@ -185,6 +185,8 @@ impl<T: Send + 'static> Driver<T> {
                     position: plan.position,
                     len: plan.items.len(),
                     last_in_epoch: plan.last_in_epoch,
+                    covers: plan.covers,
+                    padding: plan.padding,
                 });
                 run.admitting = Some((plan, 0));
             }
@@ -299,9 +301,13 @@ impl<T: Send + 'static> Driver<T> {
         let share = self.decoded.as_ref().map(|d| d.share(weight));
         let mut samples = Vec::with_capacity(items.len());
         let mut skipped = Vec::new();
-        for item in items {
+        // Padding items are the plan's last; those that loaded are the batch's last.
+        let first_padding = items.len().saturating_sub(plan.padding);
+        let mut padding = 0;
+        for (i, item) in items.into_iter().enumerate() {
             match item {
                 Ok(sample) => {
+                    padding += usize::from(i >= first_padding);
                     samples.push(sample);
                     self.shared.fetch.metrics.item_done(true);
                 }
@@ -335,6 +341,8 @@ impl<T: Send + 'static> Driver<T> {
             epoch: plan.epoch,
             position: plan.position,
             planned: plan.len,
+            covers: plan.covers,
+            padding,
             samples,
             skipped,
             last_in_epoch: plan.last_in_epoch,
@@ -376,7 +384,7 @@ fn job(plan: &BatchPlan, i: usize, seq: u64, kept: &mut KeptChunks) -> Job {
         name: item.name.clone(),
         label: item.label.clone(),
         epoch: plan.epoch,
-        position: plan.position + i as u64,
+        position: item.position.unwrap_or(plan.position + i as u64),
         members: Vec::new(),
     };
     // A fetch's id in the trace: unique among overlapping fetches.

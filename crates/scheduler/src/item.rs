@@ -28,6 +28,10 @@ pub struct WorkItem {
     /// The span of the object its source reads in one request (a shard's chunk), so one
     /// GET feeds every sample in it; `None` lets the engine coalesce by itself.
     pub chunk: Option<Chunk>,
+    /// Its position in the epoch's order when the batch's items are not consecutive
+    /// positions from the plan's (a rank's share of a global batch); `None`: the plan's
+    /// position plus its place in the batch.
+    pub position: Option<u64>,
 }
 
 impl WorkItem {
@@ -82,12 +86,33 @@ pub struct Chunk {
 pub struct BatchPlan {
     /// The epoch it belongs to.
     pub epoch: u64,
-    /// The epoch position (in items) of its first item.
+    /// The epoch position of its start (of its first item, or of the global batch it is a
+    /// rank's share of).
     pub position: u64,
     /// Its items, in order.
     pub items: Vec<WorkItem>,
     /// Whether it ends its epoch.
     pub last_in_epoch: bool,
+    /// Epoch positions it accounts for: its items', or the whole global batch's when ranks
+    /// share one. The position after it is delivered is `position + covers`.
+    pub covers: u64,
+    /// How many of its items, at the end, repeat samples other ranks read (an epoch's last
+    /// global batch with fewer samples than ranks).
+    pub padding: usize,
+}
+
+impl BatchPlan {
+    /// A batch of `items` from `position` of `epoch`, accounting for its items alone.
+    pub fn new(epoch: u64, position: u64, items: Vec<WorkItem>, last_in_epoch: bool) -> Self {
+        Self {
+            epoch,
+            position,
+            covers: items.len() as u64,
+            items,
+            last_in_epoch,
+            padding: 0,
+        }
+    }
 }
 
 /// What the CPU stage is told about the sample it transforms.
@@ -195,6 +220,10 @@ pub struct RawBatch<T> {
     pub position: u64,
     /// Items the plan held (loaded + skipped).
     pub planned: usize,
+    /// Epoch positions the plan accounted for ([`BatchPlan::covers`]).
+    pub covers: u64,
+    /// Samples at the end of `samples` that repeat other ranks' ([`BatchPlan::padding`]).
+    pub padding: usize,
     /// The loaded samples.
     pub samples: Vec<(SampleInfo, T)>,
     /// Items skipped under [`ErrorPolicy::Skip`](crate::ErrorPolicy::Skip), with their errors.
@@ -217,6 +246,8 @@ impl<T> RawBatch<T> {
             epoch: self.epoch,
             position: self.position,
             planned: self.planned,
+            covers: self.covers,
+            padding: self.padding,
             samples: self
                 .samples
                 .into_iter()

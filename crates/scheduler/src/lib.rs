@@ -23,11 +23,9 @@
 //! let store = from_url(&dir.path().to_string_lossy(), Vec::<(String, String)>::new()).unwrap();
 //!
 //! // Two batches of five; the CPU stage here just measures the bytes.
-//! let plans = (0..2u64).map(|b| BatchPlan {
-//!     epoch: 0,
-//!     position: b * 5,
-//!     items: (b * 5..b * 5 + 5).map(|i| WorkItem::object(i, format!("{i}.txt"))).collect(),
-//!     last_in_epoch: b == 1,
+//! let plans = (0..2u64).map(|b| {
+//!     let items = (b * 5..b * 5 + 5).map(|i| WorkItem::object(i, format!("{i}.txt"))).collect();
+//!     BatchPlan::new(0, b * 5, items, b == 1)
 //! });
 //! let stage = Arc::new(|bytes: Bytes, _info: &SampleInfo| Ok(bytes.len()));
 //! let config = Config { fetch: Fetch::Async { max_in_flight: 8 }, decode_threads: 2, ..Config::default() };

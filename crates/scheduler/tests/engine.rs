@@ -40,18 +40,13 @@ fn plans(
     (0..epochs).flat_map(move |epoch| {
         let chunks: Vec<Vec<u64>> = order.chunks(batch).map(<[u64]>::to_vec).collect();
         let last = chunks.len() - 1;
-        chunks
-            .into_iter()
-            .enumerate()
-            .map(move |(b, chunk)| BatchPlan {
-                epoch,
-                position: (b * batch) as u64,
-                items: chunk
-                    .iter()
-                    .map(|&i| WorkItem::object(i, format!("{i:04}")))
-                    .collect(),
-                last_in_epoch: b == last,
-            })
+        chunks.into_iter().enumerate().map(move |(b, chunk)| {
+            let items = chunk
+                .iter()
+                .map(|&i| WorkItem::object(i, format!("{i:04}")))
+                .collect();
+            BatchPlan::new(epoch, (b * batch) as u64, items, b == last)
+        })
     })
 }
 

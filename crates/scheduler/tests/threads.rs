@@ -26,13 +26,11 @@ fn settled_thread_count() -> usize {
 
 fn plans(count: u64, batch: u64, epochs: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
     (0..epochs).flat_map(move |epoch| {
-        (0..count / batch).map(move |b| BatchPlan {
-            epoch,
-            position: b * batch,
-            items: (b * batch..(b + 1) * batch)
+        (0..count / batch).map(move |b| {
+            let items = (b * batch..(b + 1) * batch)
                 .map(|i| WorkItem::object(i, format!("{i:04}")))
-                .collect(),
-            last_in_epoch: b + 1 == count / batch,
+                .collect();
+            BatchPlan::new(epoch, b * batch, items, b + 1 == count / batch)
         })
     })
 }

@@ -42,8 +42,9 @@
 //! The trait and its vocabulary here and in `get` (a read's options, result and what it
 //! met), `error`, `key` (key checks), `redact` (credentials out of messages); `backend/`
 //! (local, object_store, opendal) and `url` (a store from a URL); `layer/` (cache, retry,
-//! timeout, limit, latency, faults, throttle, metrics), each wrapping any store;
-//! `open_files` (the process's open-files limit, which bounds sockets).
+//! timeout, limit, latency, faults, throttle, metrics), each wrapping any store; `mount`
+//! (several stores as one, each at a name); `open_files` (the process's open-files limit,
+//! which bounds sockets).
 //!
 //! Plain HTTP servers cannot list a prefix: `list` on an `http://` store asks the server
 //! with WebDAV `PROPFIND` (what `object_store` does) and returns an
@@ -63,6 +64,7 @@ mod error;
 mod get;
 mod key;
 pub mod layer;
+mod mount;
 mod open_files;
 mod redact;
 mod url;
@@ -70,6 +72,7 @@ mod url;
 pub use error::{Error, ErrorKind, Result};
 pub use get::{GetOptions, GetResult, Observer, Served};
 pub use key::{MAX_KEY_LEN, check_key, check_prefix, key_problem};
+pub use mount::MountStore;
 pub use open_files::{open_files_limit, raise_open_files_limit};
 pub use redact::{redact, redact_urls};
 pub use url::from_url;

@@ -25,7 +25,7 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
                 // a caller that collects a whole epoch must not stall the engine.
                 raw.release_window();
                 let delivered = match self.config.order {
-                    Order::Sampler => raw.position + raw.planned as u64,
+                    Order::Sampler => raw.position + raw.covers,
                     Order::AsCompleted => self.state.position + raw.planned as u64,
                 };
                 let (epoch, last) = (raw.epoch, raw.last_in_epoch);

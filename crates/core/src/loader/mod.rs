@@ -39,8 +39,6 @@ pub struct DataLoader<T = Sample, B = Batch> {
     /// A failed batch ended the pass: the next pass starts the next epoch.
     skip_to_next_epoch: bool,
     metrics: Option<Arc<Metrics>>,
-    /// What positions mean, for checkpoints.
-    stamp: OrderStamp,
     /// Skipped samples of batches that had nothing else, reported with the next batch.
     carried_skips: Vec<loader_scheduler::ItemError>,
 }
@@ -61,7 +59,6 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
     pub(crate) fn new(
         storage: DynStorage,
         planner: Planner,
-        stamp: OrderStamp,
         stages: Stages<T, B>,
         config: Config,
     ) -> Self {
@@ -75,12 +72,12 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
             end_of_pass: false,
             skip_to_next_epoch: false,
             metrics: None,
-            stamp,
             carried_skips: Vec::new(),
         }
     }
 
-    /// Batches per epoch.
+    /// Batches per epoch of this rank (every rank has as many); `usize::MAX` for the
+    /// endless epoch of `cycle_forever`.
     pub fn len(&self) -> usize {
         self.planner.len()
     }
@@ -131,16 +128,34 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         self.next_state().epoch
     }
 
-    /// Samples an epoch reads (this rank's, for a distributed loader), counting those of a
-    /// last batch that `drop_last` drops.
+    /// Positions of an epoch's order: samples all ranks read together (a caller's sampler:
+    /// this rank's), counting those of a last batch that `drop_last` drops; `usize::MAX`
+    /// for an endless epoch.
     pub fn samples_per_epoch(&self) -> usize {
-        self.planner.sampler.len()
+        self.planner
+            .epoch_positions(self.next_state().epoch)
+            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    /// The state to checkpoint: resuming from it delivers exactly what this loader has not
-    /// delivered yet, and then the same epochs as without the interruption. A batch that
-    /// failed under `Fail` was not delivered, so it is fetched again. Refused under
-    /// `AsCompleted` order, whose batches follow no sampler position.
+    /// Which source (of those given to [`mixture`](DataLoader::mixture), in their order) a
+    /// batch's dataset index belongs to, and its index within that source's dataset.
+    pub fn source_of(&self, index: u64) -> Option<(usize, usize)> {
+        self.planner.source_of(usize::try_from(index).ok()?)
+    }
+
+    /// The dataset indices this rank reads in `epoch`, from its start, in the order a pass
+    /// delivers them when nothing fails (an epoch's last batch's padding included): to
+    /// inspect an order, or check one in a test. Lazy: an endless epoch yields for ever.
+    pub fn planned(&self, epoch: u64) -> impl Iterator<Item = u64> + Send + use<T, B> {
+        self.planner.planned(epoch)
+    }
+
+    /// The state to checkpoint: the position in the epoch's global order that the
+    /// delivered batches reached (the same on every rank after the same step), and what
+    /// that order is made of. Resuming from it, on any world size and batch size, delivers
+    /// exactly the positions not delivered yet, and then the same epochs as without the
+    /// interruption. A batch that failed under `Fail` was not delivered, so it is fetched
+    /// again. Refused under `AsCompleted` order, whose batches follow no position.
     pub fn state(&self) -> Result<LoaderState> {
         if self.config.order == Order::AsCompleted {
             return Err(StateError::AsCompleted.into());
@@ -148,15 +163,18 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         Ok(LoaderState {
             epoch: self.state.epoch,
             position: self.state.position,
-            order: Some(self.stamp),
+            order: Some(self.planner.stamp(self.state)),
         })
     }
 
-    /// Continue from a saved state. A state saved under another order (another dataset,
-    /// world size, sampler, shuffle or seed) is refused, naming both sides: its position
-    /// would name other samples here, and some would be read twice or never.
+    /// Continue from a saved state, whatever world size and batch size it was saved on. A
+    /// state saved under another order (another dataset, sampler, shuffle, seed or
+    /// arrangement of the sources' samples) is refused, naming both sides: its position
+    /// would name other samples here. One saved under other weights or sources is refused
+    /// too unless `mixture.new_segment` is set, which starts a new segment at its position
+    /// (each source in both continues where it stood, a new one from its start).
     pub fn resume(&mut self, state: LoaderState) -> Result<()> {
-        crate::state::check(&state, &self.stamp, self.planner.sampler.len())?;
+        self.planner.adopt(&state)?;
         self.restart(SamplerState {
             epoch: state.epoch,
             position: state.position,
@@ -164,10 +182,10 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         Ok(())
     }
 
-    /// What this loader's positions mean; a state carries it, and [`resume`](Self::resume)
-    /// compares it.
+    /// What this loader's positions mean at its current state; a state carries it, and
+    /// [`resume`](Self::resume) compares it.
     pub fn order_stamp(&self) -> OrderStamp {
-        self.stamp
+        self.planner.stamp(self.state)
     }
 
     /// Reports of skipped samples not yet handed over with a batch: a batch whose every

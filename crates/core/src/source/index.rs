@@ -61,9 +61,10 @@ pub struct Dataset {
     items: Arc<[Item]>,
     classes: Arc<[String]>,
     shards: Arc<[ShardLayout]>,
-    /// For sharded datasets: each item's chunk id, and each chunk's byte range.
+    /// For sharded datasets: each item's chunk id, and each chunk's byte range and samples.
     chunk_of: Arc<[u32]>,
     chunk_spans: Arc<[Range<u64>]>,
+    chunk_sizes: Arc<[u32]>,
     /// The objects read, as a listing or an index described them (size, version).
     objects: Arc<[ObjectMeta]>,
     /// Its source gives no labels (each sample's is -1).
@@ -89,6 +90,7 @@ impl Dataset {
     ) -> Result<Self> {
         let mut chunk_of = vec![u32::MAX; items.len()];
         let mut spans = Vec::new();
+        let mut sizes = Vec::new();
         for shard in &shards {
             for chunk in &shard.chunks {
                 let id = u32::try_from(spans.len())
@@ -115,6 +117,7 @@ impl Dataset {
                     });
                 }
                 spans.push(span.unwrap_or(0..0));
+                sizes.push(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
             }
         }
         Ok(Self {
@@ -123,6 +126,7 @@ impl Dataset {
             shards: shards.into(),
             chunk_of: chunk_of.into(),
             chunk_spans: spans.into(),
+            chunk_sizes: sizes.into(),
             objects: Arc::default(),
             unlabelled: false,
         })
@@ -165,9 +169,9 @@ impl Dataset {
         Some((id, self.chunk_spans.get(id as usize)?.clone()))
     }
 
-    /// Chunks in the dataset.
-    pub(crate) fn chunk_count(&self) -> usize {
-        self.chunk_spans.len()
+    /// Samples in chunk `id`.
+    pub(crate) fn chunk_samples(&self, id: u32) -> usize {
+        self.chunk_sizes.get(id as usize).map_or(0, |&n| n as usize)
     }
 
     /// From `(key, label)` pairs.
@@ -224,6 +228,7 @@ impl Item {
             name: self.name.clone(),
             members: Arc::clone(&self.members),
             chunk: None,
+            position: None,
         }
     }
 }

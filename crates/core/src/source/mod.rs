@@ -4,7 +4,8 @@
 //!
 //! Rooms: `extensions` (which keys are images) and `error` (what can be wrong with a
 //! source, the one [`SourceError`]) at the bottom, `index` (the sample index),
-//! `blocking` (async reads for synchronous callers), then one file or folder per format, and `open` (which source a URL names).
+//! `blocking` (async reads for synchronous callers), then one file or folder per format, `open` (which source a URL names), and `mixture`
+//! (several datasets, each in its own store, read as one).
 
 mod blocking;
 mod error;
@@ -12,6 +13,7 @@ mod extensions;
 mod image_folder;
 mod index;
 mod manifest;
+mod mixture;
 mod open;
 pub mod webdataset;
 
@@ -19,4 +21,6 @@ pub use error::SourceError;
 pub use extensions::IMAGE_EXTENSIONS;
 pub use index::{Dataset, Item, Member, ShardLayout};
 pub use manifest::{LabelKind, Manifest, ManifestFormat};
+pub use mixture::Source;
+pub(crate) use mixture::combine;
 pub use open::store_url;

@@ -243,19 +243,33 @@ impl GlobalOrder {
             }
         };
         let (mut phases, end) = self.phases(start, bases, seg.unit)?;
-        if let (StopRule::SamplesPerEpoch(_), false) = (self.stop, in_segment_epoch) {
-            // A later epoch of the run's stream starts a phase of its own where it begins, with
-            // the reads the stream has made by then: per-stream blocks and the weights'
-            // prefixes count from each epoch's start.
-            let here = shift.stream(0);
-            if let Some(p) = phases.first() {
-                let reads = p.reads_at(here);
-                let mut fresh = p.clone();
-                fresh.start = here;
-                fresh.origin = here;
-                fresh.bases = reads;
-                phases = vec![fresh];
+        if let (StopRule::SamplesPerEpoch(n), false) = (self.stop, in_segment_epoch)
+            && let Some(p) = phases.first()
+        {
+            // Each epoch of the run's stream starts the interleave again where it begins, so
+            // per-stream blocks and the weights' prefixes count from each epoch's start. The
+            // reads behind it: the segment's own epoch from its start, then whole epochs,
+            // each the same count.
+            let first_end = seg.stream_start.saturating_add(n - seg.start.min(n));
+            let mut reads = p.reads_at(first_end);
+            let whole = Phase {
+                start: 0,
+                origin: 0,
+                bases: vec![0; reads.len()],
+                ..p.clone()
             }
+            .reads_at(n);
+            let between = epoch - seg.epoch - 1;
+            for (r, w) in reads.iter_mut().zip(&whole) {
+                *r = r.saturating_add(w.saturating_mul(between));
+            }
+            let here = shift.stream(0);
+            phases = vec![Phase {
+                start: here,
+                origin: here,
+                bases: reads,
+                ..p.clone()
+            }];
         }
         let len = match (len, self.stop) {
             (Some(n), _) => Some(n),
@@ -498,6 +512,12 @@ impl EpochOrder {
     /// The epoch.
     pub fn epoch(&self) -> u64 {
         self.inner.epoch
+    }
+
+    /// Position `k`'s place in the sources' stream (the same as `k` unless reads carry
+    /// across epochs): where a new segment starting at `k` starts its stream.
+    pub fn stream_position(&self, k: u64) -> u64 {
+        self.inner.shift.stream(k.max(self.inner.first))
     }
 
     /// The reads of position `k` on (from [`first`](Self::first) at the earliest).

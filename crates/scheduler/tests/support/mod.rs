@@ -29,13 +29,11 @@ pub fn files(count: usize) -> (tempfile::TempDir, DynStorage) {
 /// One epoch over the files in order, in batches of `batch`.
 pub fn plans(count: u64, batch: u64) -> impl Iterator<Item = BatchPlan> + Send + 'static {
     let batches = count.div_ceil(batch);
-    (0..batches).map(move |b| BatchPlan {
-        epoch: 0,
-        position: b * batch,
-        items: (b * batch..((b + 1) * batch).min(count))
+    (0..batches).map(move |b| {
+        let items = (b * batch..((b + 1) * batch).min(count))
             .map(|i| WorkItem::object(i, format!("{i:05}")))
-            .collect(),
-        last_in_epoch: b + 1 == batches,
+            .collect();
+        BatchPlan::new(0, b * batch, items, b + 1 == batches)
     })
 }
 

@@ -1,0 +1,129 @@
+//! Several datasets read as one: each with its store and weight, their samples one index
+//! whose keys name the store they are in.
+
+use std::sync::Arc;
+
+use loader_scheduler::Label;
+use loader_storage::{DynStorage, MountStore};
+
+use super::index::{Dataset, Item, ShardLayout};
+use crate::error::ConfigError;
+
+/// One dataset of a mixture: where it is stored, its samples, and its weight (the share of
+/// the mixture's reads it gets, relative to the others').
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The store its samples are read from (with its own URL, credentials and format).
+    pub store: DynStorage,
+    /// Its samples.
+    pub dataset: Dataset,
+    /// Its weight; 1 unless set.
+    pub weight: f64,
+}
+
+impl Source {
+    /// `dataset` on `store`, weight 1.
+    pub fn new(store: DynStorage, dataset: Dataset) -> Self {
+        Self {
+            store,
+            dataset,
+            weight: 1.0,
+        }
+    }
+
+    /// The same source with weight `weight`.
+    pub fn weight(mut self, weight: f64) -> Self {
+        self.weight = weight;
+        self
+    }
+}
+
+/// The kind of labels a dataset's samples carry, for checking that sources agree.
+fn label_kind(dataset: &Dataset) -> Option<String> {
+    dataset.items().first().map(|item| match &item.label {
+        Label::None => "no label".into(),
+        Label::Class(_) => "class labels".into(),
+        Label::Classes(set) => format!("multi-label sets of {} classes", set.of),
+        Label::Value(_) => "single numbers".into(),
+        Label::Values(v) => format!("lists of {} numbers", v.len()),
+    })
+}
+
+/// The sources' samples as one dataset read through one store: sample `i` of source `s` is
+/// index `offsets[s] + i`, its key `s/key` on the [`MountStore`] (its name, for batches and
+/// errors, stays its own key). One source is returned as it is.
+pub(crate) fn combine(sources: &[Source]) -> crate::Result<(DynStorage, Dataset, Vec<usize>)> {
+    if let [one] = sources {
+        return Ok((Arc::clone(&one.store), one.dataset.clone(), vec![0]));
+    }
+    let first = &sources[0].dataset;
+    for (i, s) in sources.iter().enumerate().skip(1) {
+        if s.dataset.classes() != first.classes() {
+            return Err(ConfigError::Mixture(format!(
+                "have other classes: source 0 has {:?}, source {i} {:?}; a label would name \
+                 one class in one and another in the other. Give them the same class list \
+                 (a manifest's classes=, the same folders)",
+                abbreviate(first.classes()),
+                abbreviate(s.dataset.classes())
+            ))
+            .into());
+        }
+        let (a, b) = (label_kind(first), label_kind(&s.dataset));
+        if a != b {
+            return Err(ConfigError::Mixture(format!(
+                "carry other kinds of label: source 0 has {}, source {i} {}",
+                a.unwrap_or_default(),
+                b.unwrap_or_default()
+            ))
+            .into());
+        }
+    }
+    let mut items: Vec<Item> = Vec::new();
+    let mut shards: Vec<ShardLayout> = Vec::new();
+    let mut objects = Vec::new();
+    let mut offsets = Vec::with_capacity(sources.len());
+    let mut stores = Vec::with_capacity(sources.len());
+    for (s, source) in sources.iter().enumerate() {
+        let mount = s.to_string();
+        let offset = items.len();
+        offsets.push(offset);
+        stores.push((mount.clone(), Arc::clone(&source.store)));
+        let mounted = |key: &str| -> Arc<str> { MountStore::key(&mount, key).into() };
+        items.extend(source.dataset.items().iter().map(|item| Item {
+            key: mounted(&item.key),
+            name: Some(item.name.clone().unwrap_or_else(|| Arc::clone(&item.key))),
+            ..item.clone()
+        }));
+        shards.extend(source.dataset.shards().iter().map(|shard| {
+            ShardLayout {
+                key: mounted(&shard.key),
+                chunks: shard
+                    .chunks
+                    .iter()
+                    .map(|c| c.start + offset..c.end + offset)
+                    .collect(),
+            }
+        }));
+        objects.extend(source.dataset.objects().iter().map(|o| {
+            let mut o = o.clone();
+            o.key = MountStore::key(&mount, &o.key);
+            o
+        }));
+    }
+    let labelled = sources.iter().all(|s| s.dataset.has_labels());
+    let mut dataset =
+        Dataset::from_shards(items, first.classes().to_vec(), shards)?.with_objects(objects);
+    if !labelled {
+        dataset = dataset.without_labels();
+    }
+    let store: DynStorage = Arc::new(MountStore::new(stores)?);
+    Ok((store, dataset, offsets))
+}
+
+fn abbreviate(classes: &[String]) -> String {
+    match classes.len() {
+        0 => "no class names".into(),
+        n if n <= 4 => classes.join(", "),
+        n => format!("{}, ... ({n} classes)", classes[..3].join(", ")),
+    }
+}

@@ -1,0 +1,425 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! Exactly once across any change of world size: random sequences of runs, each on its own
+//! world size and per-rank batch size, over a mixture of three datasets on real stores (local
+//! files, the in-process S3 server, WebDataset shards read in lanes), under each stop rule,
+//! mixed or per-source batches. Each run steps its ranks in lockstep (as DDP does), saves the
+//! state of a random rank after a random step (every rank's must be the same), reads on a
+//! step or two past it and is then dropped, as a crashed job's processes are: those steps were
+//! never committed. The next run, on another world size, resumes from the saved state; some
+//! change the weights and start a new segment. Over all runs, the committed samples are
+//! exactly the positions of the global order from the first to the last state, each once,
+//! each the sample a one-rank loader of the same order names (so the order does not depend on
+//! the world size); every prefix of a segment holds each source within one of its weight; and
+//! within a source-epoch no sample comes twice, across segments too.
+//!
+//! 96 cases by default; `LOADER_PROPTEST_CASES=N` runs N. Every run is under the watchdog.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use loader_core::webdataset::WebDataset;
+use loader_core::{
+    Batching, DataLoader, Dataset, DynStorage, LoaderState, RawBatch, SampleInfo, Source, StopRule,
+    from_url,
+};
+use loader_testkit::watchdog::within;
+use loader_testkit::{DatasetSpec, S3Server};
+use proptest::prelude::*;
+
+/// Three sources: files on local disk, files behind the S3 server, shards on disk.
+struct World {
+    _dir: tempfile::TempDir,
+    _server: S3Server,
+    sources: Vec<(DynStorage, Dataset)>,
+}
+
+const SIZES: [usize; 3] = [37, 23, 30];
+
+fn served() -> &'static World {
+    static WORLD: OnceLock<World> = OnceLock::new();
+    WORLD.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, n) in [("local", SIZES[0]), ("data", SIZES[1])] {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            for i in 0..n {
+                std::fs::write(d.join(format!("{i}.bin")), format!("{name}{i}")).unwrap();
+            }
+        }
+        let shards = dir.path().join("shards");
+        DatasetSpec::tiny(SIZES[2], 3)
+            .write_shards(&shards, 3)
+            .unwrap();
+        let server = S3Server::start(dir.path()).unwrap();
+        let files = |n: usize| Dataset::from_pairs((0..n).map(|i| (format!("{i}.bin"), 0)));
+        let local = from_url(
+            &dir.path().join("local").to_string_lossy(),
+            Vec::<(String, String)>::new(),
+        )
+        .unwrap();
+        let s3 = from_url("s3://data", server.options()).unwrap();
+        let url = format!("{}/shard-{{000000..000002}}.tar", shards.display());
+        let (shard_store, shard_data) = WebDataset::new()
+            .cache_dir(None)
+            .chunk_bytes(3 * 2_000)
+            .load_url_blocking(&url, Vec::<(String, String)>::new())
+            .unwrap();
+        // The shards' labels are classes of their own: the mixture's sources must agree,
+        // so the check reads every sample as label 0 here.
+        let shard_data = Dataset::from_shards(
+            shard_data
+                .items()
+                .iter()
+                .map(|i| loader_core::Item {
+                    label: 0.into(),
+                    ..i.clone()
+                })
+                .collect(),
+            Vec::new(),
+            shard_data.shards().to_vec(),
+        )
+        .unwrap();
+        World {
+            sources: vec![
+                (local, files(SIZES[0])),
+                (s3, files(SIZES[1])),
+                (shard_store, shard_data),
+            ],
+            _dir: dir,
+            _server: server,
+        }
+    })
+}
+
+/// One run: its world size, per-rank batch size, the steps it commits, the steps it reads
+/// past its checkpoint before it crashes, the rank whose state is saved, and new weights
+/// (a new segment) if it changes the mixture.
+#[derive(Debug, Clone)]
+struct Run {
+    world: usize,
+    batch: usize,
+    steps: usize,
+    lost: usize,
+    saver: usize,
+    weights: Option<[u8; 3]>,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    weights: [u8; 3],
+    stop: StopRule,
+    per_stream: bool,
+    shuffle: bool,
+    seed: u64,
+    runs: Vec<Run>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let run = (
+        1usize..=4,
+        1usize..=6,
+        0usize..=12,
+        0usize..=2,
+        0usize..4,
+        prop::option::weighted(0.25, prop::array::uniform3(0u8..4)),
+    )
+        .prop_map(|(world, batch, steps, lost, saver, weights)| Run {
+            world,
+            batch,
+            steps,
+            lost,
+            saver: saver % world,
+            weights,
+        });
+    (
+        prop::array::uniform3(0u8..4),
+        0u8..5,
+        20u64..120,
+        any::<bool>(),
+        any::<bool>(),
+        any::<u64>(),
+        prop::collection::vec(run, 1..=4),
+    )
+        .prop_map(|(weights, stop, n, per_stream, shuffle, seed, runs)| Case {
+            weights,
+            stop: match stop {
+                0 => StopRule::FirstExhausted,
+                1 => StopRule::AllExhausted,
+                2 => StopRule::AllExhaustedWithoutReplacement,
+                3 => StopRule::SamplesPerEpoch(n),
+                _ => StopRule::CycleForever,
+            },
+            per_stream,
+            shuffle,
+            seed,
+            runs,
+        })
+}
+
+/// What a rank delivered in one batch: (epoch position, dataset index) of each sample
+/// other than padding.
+#[derive(Debug)]
+struct Seen {
+    epoch: u64,
+    reads: Vec<(u64, u64)>,
+}
+
+type Loader = DataLoader<u64, Seen>;
+
+fn weights_of(w: [u8; 3]) -> [f64; 3] {
+    // At least one source weighs something.
+    let w = if w.iter().all(|&x| x == 0) {
+        [1, 0, 0]
+    } else {
+        w
+    };
+    w.map(f64::from)
+}
+
+fn loader(case: &Case, weights: [u8; 3], rank: usize, world: usize, batch: usize) -> Loader {
+    let sources = served()
+        .sources
+        .iter()
+        .zip(weights_of(weights))
+        .map(|((store, data), w)| Source::new(Arc::clone(store), data.clone()).weight(w))
+        .collect();
+    DataLoader::mixture(sources)
+        .batch_size(batch)
+        .shuffle(case.shuffle)
+        .seed(case.seed)
+        .stop(case.stop)
+        .batching(if case.per_stream {
+            Batching::PerStream
+        } else {
+            Batching::Mixed
+        })
+        .lanes(4)
+        .new_segment(true)
+        .distributed(rank, world)
+        .decode_threads(1)
+        .prefetch(1)
+        .map(
+            |_: Bytes, info: &SampleInfo| Ok(info.index),
+            |raw: RawBatch<u64>| {
+                let real = raw.samples.len() - raw.padding;
+                Ok(Seen {
+                    epoch: raw.epoch,
+                    reads: raw.samples[..real]
+                        .iter()
+                        .map(|(info, _)| (info.position, info.index))
+                        .collect(),
+                })
+            },
+        )
+        .build()
+        .unwrap()
+}
+
+/// One step of every rank, as DDP takes it: a batch from each, or the end of the pass on
+/// all of them (then the next pass, the next epoch, begins); `None` when no rank has a
+/// batch twice running (an epoch cannot be empty, so that would be a bug).
+fn step(ranks: &mut [Loader]) -> Vec<Seen> {
+    for _ in 0..2 {
+        let batches: Vec<Option<Seen>> = ranks
+            .iter_mut()
+            .map(|l| l.next().map(|b| b.unwrap()))
+            .collect();
+        let ended = batches.iter().filter(|b| b.is_none()).count();
+        assert!(
+            ended == 0 || ended == batches.len(),
+            "ranks disagree on the end of the epoch: {ended} of {} ended",
+            batches.len()
+        );
+        if ended == 0 {
+            return batches.into_iter().flatten().collect();
+        }
+    }
+    panic!("an epoch with no batch");
+}
+
+fn check(case: Case) -> Result<(), TestCaseError> {
+    // (epoch, position) -> dataset index, every committed read.
+    let mut committed: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    // The reference order of each run: (epoch, position) -> index, from a one-rank loader.
+    let mut reference: HashMap<(u64, u64), u64> = HashMap::new();
+    let mut state: Option<LoaderState> = None;
+    let mut weights = case.weights;
+    let mut segments: Vec<(LoaderState, [u8; 3])> = Vec::new();
+    for run in &case.runs {
+        if let Some(w) = run.weights {
+            weights = w;
+        }
+        let mut ranks: Vec<Loader> = (0..run.world)
+            .map(|r| loader(&case, weights, r, run.world, run.batch))
+            .collect();
+        let start = match &state {
+            Some(s) => {
+                // A checkpoint crosses a process boundary as JSON.
+                let s: LoaderState =
+                    serde_json::from_str(&serde_json::to_string(s).unwrap()).unwrap();
+                for l in &mut ranks {
+                    l.resume(s.clone()).unwrap();
+                }
+                s
+            }
+            None => LoaderState::at(0, 0),
+        };
+        segments.push((start.clone(), weights));
+        // The order this run reads, as one rank of one reads it (with the same global batch:
+        // per-source batching counts its interleave in global batches).
+        let mut one = loader(&case, weights, 0, 1, run.world * run.batch);
+        if state.is_some() {
+            one.resume(start.clone()).unwrap();
+        }
+        let segment = one.order_stamp().mixture.unwrap().segment;
+        for epoch in start.epoch..start.epoch + 16 {
+            let from = if epoch == segment.epoch {
+                segment.start
+            } else {
+                0
+            };
+            for (k, index) in one.planned(epoch).take(1200).enumerate() {
+                reference.insert((epoch, from + k as u64), index);
+            }
+        }
+        for _ in 0..run.steps {
+            for seen in step(&mut ranks) {
+                for (position, index) in seen.reads {
+                    let again = committed.insert((seen.epoch, position), index);
+                    prop_assert!(again.is_none(), "({}, {position}) read twice", seen.epoch);
+                }
+            }
+        }
+        let states: Vec<LoaderState> = ranks.iter().map(|l| l.state().unwrap()).collect();
+        prop_assert!(
+            states.windows(2).all(|w| w[0] == w[1]),
+            "ranks' states differ: {:?}",
+            states
+        );
+        let saved = states[run.saver].clone();
+        // Steps past the checkpoint, then the crash: read, never committed.
+        for _ in 0..run.lost {
+            step(&mut ranks);
+        }
+        drop(ranks);
+        state = Some(saved);
+    }
+    let end = state.unwrap();
+    // Every position from the start to the last state, once, the sample the order names.
+    let mut expect = (0u64, 0u64);
+    for (&(epoch, position), &index) in &committed {
+        if (epoch, position) != expect {
+            // Only an epoch's end may be skipped over (to the next epoch's start).
+            prop_assert_eq!(
+                (epoch, position),
+                (expect.0 + 1, 0),
+                "positions lost before ({}, {})",
+                epoch,
+                position
+            );
+        }
+        let want = reference.get(&(epoch, position)).copied();
+        prop_assert_eq!(
+            Some(index),
+            want,
+            "({}, {}) is not the order's sample",
+            epoch,
+            position
+        );
+        expect = (epoch, position + 1);
+    }
+    prop_assert!(
+        expect == (end.epoch, end.position) || (end.position == 0 && expect.0 + 1 == end.epoch),
+        "committed up to {:?}, the state says ({}, {})",
+        expect,
+        end.epoch,
+        end.position
+    );
+    // Within a source-epoch no sample twice: (source, sample) read at most once per
+    // (epoch, source-epoch) for stop rules that restart sources each epoch; across epochs
+    // for the rest, which carry reads on.
+    let (sizes, offsets) = (SIZES, [0usize, SIZES[0], SIZES[0] + SIZES[1]]);
+    let source_of = |index: u64| {
+        (0..3)
+            .rev()
+            .find(|&s| index as usize >= offsets[s])
+            .unwrap()
+    };
+    let mut reads: HashMap<(u64, usize), Vec<u64>> = HashMap::new();
+    for (&(epoch, _), &index) in &committed {
+        let s = source_of(index);
+        let stream = if matches!(case.stop, StopRule::SamplesPerEpoch(_)) {
+            0
+        } else {
+            epoch
+        };
+        reads.entry((stream, s)).or_default().push(index);
+    }
+    for ((_, s), list) in reads {
+        for window in list.chunks(sizes[s]) {
+            let mut w = window.to_vec();
+            w.sort_unstable();
+            w.dedup();
+            prop_assert_eq!(
+                w.len(),
+                window.len(),
+                "source {} read a sample twice in a source-epoch",
+                s
+            );
+        }
+    }
+    // Every prefix of a segment within one of its weights (mixed batching, one phase).
+    if !case.per_stream && case.stop != StopRule::AllExhaustedWithoutReplacement {
+        for (i, (start, w)) in segments.iter().enumerate() {
+            let stop_at = segments.get(i + 1).map(|(s, _)| (s.epoch, s.position));
+            let w = weights_of(*w);
+            let total: f64 = w.iter().sum();
+            let mut counts = [0f64; 3];
+            let mut n = 0f64;
+            for (&(epoch, position), &index) in committed.range((start.epoch, start.position)..) {
+                if epoch != start.epoch || Some((epoch, position)) >= stop_at {
+                    break;
+                }
+                n += 1.0;
+                counts[source_of(index)] += 1.0;
+                for s in 0..3 {
+                    let ideal = n * w[s] / total;
+                    prop_assert!(
+                        (counts[s] - ideal).abs() < 1.0,
+                        "prefix {} of segment {}: source {} has {} for {}",
+                        n,
+                        i,
+                        s,
+                        counts[s],
+                        ideal
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("LOADER_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
+#[test]
+fn restripes_crashes_and_new_segments_read_every_sample_exactly_once() {
+    let config = ProptestConfig {
+        cases: cases(),
+        max_shrink_iters: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(case in case())| {
+        let shown = format!("{case:?}");
+        within(Duration::from_secs(120), &shown, move || check(case))?;
+    });
+}
