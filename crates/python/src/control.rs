@@ -29,6 +29,8 @@ pub struct Delivered {
     /// Where the batch starts in its epoch, for a loader of parts: Python batches the
     /// decoded fields after the loader has moved past it, and rewinds here when that fails.
     pub position: Option<u64>,
+    /// Samples at the end that repeat other ranks' (see `Batch::padding`).
+    pub padding: usize,
 }
 
 impl From<Batch> for Delivered {
@@ -43,6 +45,7 @@ impl From<Batch> for Delivered {
             skipped: t.skipped,
             decoded: Vec::new(),
             position: None,
+            padding: t.padding,
         }
     }
 }
@@ -81,6 +84,8 @@ pub trait Control: Send {
     fn take_unreported_skips(&mut self) -> Vec<ItemError>;
     /// See [`DataLoader::metrics`].
     fn metrics(&self) -> Option<Arc<Metrics>>;
+    /// See [`DataLoader::source_of`].
+    fn source_of(&self, index: u64) -> Option<(usize, usize)>;
 }
 
 impl<T, B> Control for DataLoader<T, B>
@@ -120,5 +125,8 @@ where
     }
     fn metrics(&self) -> Option<Arc<Metrics>> {
         DataLoader::metrics(self)
+    }
+    fn source_of(&self, index: u64) -> Option<(usize, usize)> {
+        DataLoader::source_of(self, index)
     }
 }

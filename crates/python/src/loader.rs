@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use loader_core::{
     BatchMemory, DataLoader, DataLoaderBuilder, DistributedSampler, LoaderOptions, LoaderState,
-    SampleInfo, SampleKey, collate, collate_in, sample_bytes,
+    SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,7 +35,8 @@ pub fn option_keys() -> Vec<(String, String, &'static str)> {
         .collect()
 }
 
-/// A DataLoader over a [`PyDataset`]; the Python class `loader_ml.DataLoader` wraps it.
+/// A DataLoader over one [`PyDataset`] or a mixture of several; the Python class
+/// `loader_ml.DataLoader` wraps it.
 #[pyclass(module = "loader_ml._native", name = "Loader", frozen)]
 pub struct PyLoader {
     /// `None` once closed.
@@ -45,7 +46,7 @@ pub struct PyLoader {
     runtime: Option<tokio::runtime::Runtime>,
     backend: String,
     samples: usize,
-    /// Batches per epoch.
+    /// Batches per epoch (`usize::MAX`: an endless epoch).
     batches: usize,
     /// This process's share: (rank, world size).
     ranks: (usize, usize),
@@ -126,14 +127,15 @@ impl PyLoader {
     /// decode threads (see `parts::FieldDecoder`), and batches carry what it returned.
     #[new]
     #[pyo3(signature = (
-        dataset, *, options, transform = None, steps = None, transform_fn = None,
-        main_image = true, decode_fields = None, batch_memory = None,
+        datasets, *, options, weights = None, transform = None, steps = None,
+        transform_fn = None, main_image = true, decode_fields = None, batch_memory = None,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keywords, one each
     fn new(
         py: Python<'_>,
-        dataset: &PyDataset,
+        datasets: Vec<PyRef<'_, PyDataset>>,
         options: BTreeMap<String, String>,
+        weights: Option<Vec<f64>>,
         transform: Option<String>,
         steps: Option<String>,
         transform_fn: Option<Py<PyAny>>,
@@ -141,8 +143,29 @@ impl PyLoader {
         decode_fields: Option<Py<PyAny>>,
         batch_memory: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let backend = dataset.store.name().to_owned();
         let config = |e: String| errors::config(e);
+        if datasets.is_empty() {
+            return Err(config("give a dataset, or several to mix".into()));
+        }
+        let weights = weights.unwrap_or_else(|| vec![1.0; datasets.len()]);
+        if weights.len() != datasets.len() {
+            return Err(config(format!(
+                "{} weights for {} datasets: give one weight per dataset",
+                weights.len(),
+                datasets.len()
+            )));
+        }
+        let backend = datasets
+            .iter()
+            .map(|d| d.store.name().to_owned())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let samples: usize = datasets.iter().map(|d| d.dataset.len()).sum();
+        let sources: Vec<Source> = datasets
+            .iter()
+            .zip(&weights)
+            .map(|(d, &w)| Source::new(d.store.clone(), d.dataset.clone()).weight(w))
+            .collect();
         let mut settings = LoaderOptions::default();
         for (key, value) in &options {
             settings
@@ -156,7 +179,7 @@ impl PyLoader {
         ) {
             (true, true) => {}
             (false, false) => {
-                let env = DistributedSampler::from_env(dataset.dataset.len())
+                let env = DistributedSampler::from_env(samples.max(1))
                     .and_then(|b| b.build())
                     .map_err(|e| config(format!("rank and world size: {e}")))?;
                 (settings.rank, settings.world_size) = (env.rank(), env.world_size());
@@ -169,8 +192,7 @@ impl PyLoader {
         }
         let (rank, world_size, seed) = (settings.rank, settings.world_size, settings.seed);
         let decode_threads = settings.engine_config().decode_threads;
-        let builder =
-            DataLoader::builder(dataset.store.clone(), dataset.dataset.clone()).options(settings);
+        let builder = DataLoader::mixture(sources).options(settings);
         if transform_fn.is_some() && transform.is_some() {
             return Err(PyValueError::new_err(
                 "give transform as a name, steps or a callable, one of them",
@@ -253,7 +275,7 @@ impl PyLoader {
             closed: AtomicBool::new(false),
             runtime: Some(runtime),
             backend,
-            samples: dataset.dataset.len(),
+            samples,
             batches,
             ranks: (rank, world_size),
             decode_threads,
@@ -319,6 +341,13 @@ impl PyLoader {
                         None => None,
                     };
 
+                    let sources: Vec<usize> = self.with(py, |l| {
+                        batch
+                            .indices
+                            .iter()
+                            .map(|&i| l.source_of(i).map_or(0, |(s, _)| s))
+                            .collect()
+                    })?;
                     let tuple = (
                         images,
                         Bound::new(py, HostBuffer::new(batch.labels))?,
@@ -328,6 +357,8 @@ impl PyLoader {
                         skipped,
                         batch.decoded,
                         batch.position,
+                        batch.padding,
+                        sources,
                     )
                         .into_pyobject(py)?;
                     return Ok(Some(tuple));
@@ -336,9 +367,16 @@ impl PyLoader {
         }
     }
 
-    /// Batches per epoch (fixed when the loader is made, so asking takes no lock).
-    fn __len__(&self) -> usize {
-        self.batches
+    /// Batches per epoch (fixed when the loader is made, so asking takes no lock); an
+    /// endless epoch (`cycle_forever`) has no length.
+    fn __len__(&self) -> PyResult<usize> {
+        if self.batches == usize::MAX {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "this loader's epoch is endless (stop='cycle_forever'), so it has no length; \
+                 bound the loop yourself (Lightning: max_steps)",
+            ));
+        }
+        Ok(self.batches)
     }
 
     /// Samples in the dataset.
@@ -407,9 +445,11 @@ impl PyLoader {
         outcome.map_err(|e| errors::raise(&e, &self.backend))
     }
 
-    /// Where the loader stands, as a dict to checkpoint: `epoch` and `position` (samples
-    /// of the epoch delivered), and under `order` what the order was made of (the
-    /// dataset's size and hash, world size, sampler, shuffle, seed), which a resume checks.
+    /// Where the run stands, as a dict to checkpoint, the same on every rank after the same
+    /// step: `epoch` and `position` (positions of the epoch's global order its steps
+    /// consumed), and under `order` what the order was made of (the sources' sizes,
+    /// hashes and weights, the stop rule, shuffle, seed, segment and cursors), which a
+    /// resume checks.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.check_process()?;
         let state = self
@@ -420,8 +460,10 @@ impl PyLoader {
         py.import("json")?.call_method1("loads", (json,))
     }
 
-    /// Continue from a `state_dict()`: exactly the samples not delivered before it. A state
-    /// of another order (dataset, world size, sampler, shuffle or seed) is refused.
+    /// Continue from a `state_dict()` of any rank, on any world size and batch size: exactly
+    /// the positions not delivered before it. A state of another order (dataset, sampler,
+    /// shuffle or seed) is refused; one of other weights or sources too, unless
+    /// `new_segment` is set.
     fn load_state_dict(&self, py: Python<'_>, state: &Bound<'_, PyDict>) -> PyResult<()> {
         self.check_process()?;
         let state_dict = state;

@@ -85,6 +85,7 @@ fn collate_batch(
     collate: &dyn Fn(RawBatch<Sample>) -> loader_core::Result<Batch>,
 ) -> loader_core::Result<Delivered> {
     let position = Some(raw.position);
+    let padding = raw.padding;
     let mut decoded = Vec::with_capacity(raw.samples.len());
     if raw.samples.iter().any(|(_, p)| p.image.is_some()) {
         // All or none have one (the loader decides); an empty sample would fail the
@@ -97,6 +98,7 @@ fn collate_batch(
         return Ok(Delivered {
             decoded,
             position,
+            padding,
             ..Delivered::from(batch)
         });
     }
@@ -123,6 +125,7 @@ fn collate_batch(
         skipped,
         decoded,
         position,
+        padding,
     })
 }
 

@@ -143,7 +143,8 @@ def test_state_dict_resumes_exactly(s3) -> None:
     it = iter(first)
     before = [k for _ in range(3) for k in next(it).keys]
     state = first.state_dict()
-    assert (state["epoch"], state["position"], state["order"]["samples"]) == (1, 9, SAMPLES)
+    source = state["order"]["mixture"]["sources"][0]
+    assert (state["epoch"], state["position"], source["samples"]) == (1, 9, SAMPLES)
     resumed = make()
     resumed.load_state_dict(state)
     resumed.set_epoch(1)  # a training loop's own call continues the epoch
@@ -151,8 +152,9 @@ def test_state_dict_resumes_exactly(s3) -> None:
     assert before + after == expected
     assert sorted(expected) == sorted(set(expected)) and len(expected) == SAMPLES
     assert resumed.state_dict()["epoch"] == 2
-    other = dict(state, order=dict(state["order"], samples=99))
-    with pytest.raises(loader_ml.ConfigError, match="another dataset .99 samples"):
+    mixture = dict(state["order"]["mixture"], sources=[dict(source, samples=99)])
+    other = dict(state, order=dict(state["order"], mixture=mixture))
+    with pytest.raises(loader_ml.ConfigError, match="other dataset .99 samples"):
         make().load_state_dict(other)
     # A state_dict of the earlier form (no order, the dataset's size) is still checked.
     with pytest.raises(loader_ml.ConfigError, match="this loader.s has 24"):

@@ -461,11 +461,12 @@ def test_a_state_of_another_order_is_refused(data_root: Path, tmp_path: Path) ->
     for loader in two:
         next(iter(loader))
     state = two[0].state_dict()
-    four = loader_ml.DataLoader(url, batch_size=4, shuffle=True, rank=0, world_size=4)
-    with pytest.raises(loader_ml.ConfigError, match="world size .2. than this loader's .4."):
-        four.load_state_dict(state)
-    # Rank 1 of the same two resumes from rank 0's state: any rank's state restores all.
+    # The same dict on every rank: any rank's state restores all, on any world size (the
+    # global order does not depend on it; test_elastic.py proves exactly once).
+    assert two[1].state_dict() == state
     loader_ml.DataLoader(url, batch_size=4, shuffle=True, rank=1, world_size=2) \
+        .load_state_dict(state)
+    loader_ml.DataLoader(url, batch_size=3, shuffle=True, rank=3, world_size=4) \
         .load_state_dict(state)
     single = loader_ml.DataLoader(url, batch_size=4, shuffle=True, seed=1)
     next(iter(single))

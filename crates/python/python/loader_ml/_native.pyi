@@ -64,9 +64,10 @@ def option_keys() -> list[tuple[str, str, str]]:
 class Loader:
     def __init__(
         self,
-        dataset: Dataset,
+        datasets: list[Dataset],
         *,
         options: dict[str, str],
+        weights: list[float] | None = None,
         transform: str | None = None,
         steps: str | None = None,
         transform_fn: Any = None,
@@ -77,7 +78,7 @@ class Loader:
     def next_batch(
         self,
     ) -> tuple[HostBuffer | None, HostBuffer, list[str], list[int], int, list[Exception],
-               list[tuple[Any, ...]], int | None] | None: ...
+               list[tuple[Any, ...]], int | None, int, list[int]] | None: ...
     def rewind(self, epoch: int, position: int) -> None: ...
     def __len__(self) -> int: ...
     @property

@@ -35,7 +35,12 @@ class Batch(tuple):
     batch``), indexes (``batch[0]``) and has ``len(batch) == 2`` as torch's default collate
     of ``(image, label)`` samples does; with ``fields=``, the tuple of those fields in their
     order (``batch.field("json")`` finds one by name). It also has ``keys``, ``indices``,
-    ``epoch`` and ``skipped`` (the exceptions of samples skipped under ``skip_errors``).
+    ``epoch``, ``skipped`` (the exceptions of samples skipped under ``skip_errors``),
+    ``sources`` (each sample's dataset, by its place in a mixture's list; all 0 for one
+    dataset) and ``padding``: how many samples at the end repeat other ranks' samples,
+    which happens only in an epoch's last global batch when it holds fewer samples than
+    there are ranks (so every rank still takes a step; mask them out of the loss to count
+    each sample once).
 
     ``batch.to(device, non_blocking=True)`` moves its tensors and keeps the rest, which is
     how Lightning's ``move_data_to_device`` and Accelerate's ``send_to_device`` move it;
@@ -54,11 +59,14 @@ class Batch(tuple):
     indices: list[int] | None
     epoch: int | None
     skipped: list[Exception] | None
+    padding: int | None
+    sources: list[int] | None
 
     def __new__(cls, *values: Any, keys: Sequence[str] | None = None,
                 indices: Sequence[int] | None = None, epoch: int | None = None,
                 skipped: Sequence[Exception] | None = None,
-                fields: Sequence[str] | None = None) -> Batch:
+                fields: Sequence[str] | None = None, padding: int | None = None,
+                sources: Sequence[int] | None = None) -> Batch:
         # Made from its values alone (by a library rebuilding it), what it was read as
         # is unknown: None, never an empty list that would claim no samples.
         self = super().__new__(cls, values)
@@ -67,6 +75,8 @@ class Batch(tuple):
         self.epoch = epoch
         self.skipped = None if skipped is None else list(skipped)
         self._names = None if fields is None else tuple(fields)
+        self.padding = padding
+        self.sources = None if sources is None else list(sources)
         return self
 
     @property
@@ -109,7 +119,8 @@ class Batch(tuple):
     def _with(self, *values: Any) -> Batch:
         """Other values, the same samples."""
         return Batch(*values, keys=self.keys, indices=self.indices, epoch=self.epoch,
-                     skipped=self.skipped, fields=self._names)
+                     skipped=self.skipped, fields=self._names, padding=self.padding,
+                     sources=self.sources)
 
     def to(self, *args: Any, **kwargs: Any) -> Batch:
         """The batch with each tensor's ``.to(*args, **kwargs)``, also those in its lists
@@ -118,7 +129,8 @@ class Batch(tuple):
         return self._with(*(_moved(x, args, kwargs) for x in self))
 
     def _context(self) -> tuple[Any, ...]:
-        return (self.keys, self.indices, self.epoch, self.skipped, self._names)
+        return (self.keys, self.indices, self.epoch, self.skipped, self._names, self.padding,
+                self.sources)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_batch, (tuple(self), self._context()))
@@ -147,9 +159,9 @@ def _shape(value: Any) -> Any:
 
 def _rebuild_batch(values: tuple[Any, ...], context: tuple[Any, ...]) -> Batch:
     """A batch from its values and what ``Batch._context`` kept (pickle, pytree)."""
-    keys, indices, epoch, skipped, fields = context
+    keys, indices, epoch, skipped, fields, padding, sources = context
     return Batch(*values, keys=keys, indices=indices, epoch=epoch, skipped=skipped,
-                 fields=fields)
+                 fields=fields, padding=padding, sources=sources)
 
 
 _PYTREE_REGISTERED = False
@@ -491,9 +503,13 @@ _OPTIONS = {
     "epochs": "epochs",
     "shard_order": "shard_order",
     "shuffle_buffer": "shuffle_buffer",
+    "lanes": "lanes",
     "rank": "rank",
     "world_size": "world_size",
     "subset": "subset",
+    "stop": "mixture.stop",
+    "batching": "mixture.batching",
+    "new_segment": "mixture.new_segment",
     "max_in_flight": "engine.fetch",
     "num_workers": "engine.decode_threads",
     "prefetch_factor": "engine.prefetch",
@@ -526,6 +542,14 @@ def _subset(value: Any) -> str:
     raise ConfigError(f"subset {value!r}: give range(start, stop) or (start, stop)")
 
 
+def _stop(value: Any) -> str:
+    if isinstance(value, bool):
+        raise ConfigError(f"stop={value!r}: a rule's name, or a number of samples per epoch")
+    if isinstance(value, numbers.Integral):
+        return f"samples_per_epoch:{int(value)}"
+    return str(value)
+
+
 #: Keywords in torch's terms, turned into the option's value.
 _CONVERT: dict[str, Any] = {
     # A fixed number of requests in flight is the async strategy at that number.
@@ -534,6 +558,7 @@ _CONVERT: dict[str, Any] = {
     "num_workers": lambda n: max(1, n),
     "prefetch_factor": lambda n: max(1, n),
     "subset": _subset,
+    "stop": _stop,
 }
 
 
@@ -552,7 +577,29 @@ class DataLoader:
     Args:
         dataset: a URL (``s3://bucket/prefix``, ``http(s)://...``, ``file:///dir`` or a
             path: an ImageFolder, a prefix of WebDataset ``.tar`` shards, or shards as
-            ``s3://bucket/train-{000000..000127}.tar``) or a :class:`Dataset`.
+            ``s3://bucket/train-{000000..000127}.tar``) or a :class:`Dataset`; or a list of
+            them, a mixture read by ``weights``.
+        weights: each dataset's share of a mixture's reads (default: equal). The order is
+            a fixed interleave: every prefix of the run's order holds each dataset within
+            one sample of its share. Ratios of small whole numbers are read exactly (0.7 and
+            0.3 are 7:3); others to 2^-20.
+        stop: when a mixture's epoch ends: ``"first_exhausted"`` (the default: when the
+            first dataset has been read whole; no sample twice), ``"all_exhausted"`` (when
+            every one has; smaller ones start a new permutation meanwhile),
+            ``"all_exhausted_without_replacement"`` (each sample once: a dataset read whole
+            leaves, the others go on by their weights), a number of samples per epoch (the
+            datasets' reads carry on from epoch to epoch) or ``"cycle_forever"`` (one
+            endless epoch; ``len()`` raises ``TypeError``).
+        batching: ``"mixed"`` (datasets interleaved sample by sample) or ``"per_stream"``
+            (each global batch from one dataset, the batches interleaved by weight).
+        new_segment: resume a ``state_dict`` saved under other weights or datasets by
+            starting a new segment at its position: each dataset in both continues where it
+            stood (nothing lost or repeated), a new one starts at its first sample. Without
+            it such a state is refused, naming what changed.
+        lanes: pieces the shard order is dealt into (default 16): a world size that divides
+            it gives each rank lanes of its own, so each shard chunk is read by one rank;
+            part of the order, so keep it across resumes (set it to your largest world size
+            when that is above 16 or does not divide 16).
         batch_size: samples per batch.
         shuffle: a new order every epoch (for shards: shards shuffled, samples shuffled
             within a buffer, few large GETs; see ``shard_order``).
@@ -591,12 +638,18 @@ class DataLoader:
         classes: the classes the manifest's labels must be among, in index order (e.g.
             ``train_loader.dataset.classes`` for a validation manifest, so indices and
             multi-hot columns agree); a label outside them is an error naming its line.
-        rank, world_size: this process's share of every epoch (default: from
+        rank, world_size: this process's share of every global batch (default: from
             torch.distributed's process group when it is initialised, else ``RANK`` and
             ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
-            ``SLURM_NTASKS``); ranks read disjoint samples, as PyTorch's
-            ``DistributedSampler``. A loader made before ``init_process_group`` whose
-            process group then disagrees refuses to iterate.
+            ``SLURM_NTASKS``). Global batch ``b`` is positions ``K + b*G`` to
+            ``K + (b+1)*G`` of the epoch's order (``G = world_size * batch_size``, ``K``
+            where the run started) and each rank takes ``batch_size`` of them, as
+            ``DistributedSampler`` gives rank ``r`` the indices ``r, r + W, ...``; the order
+            does not depend on the world size, so a ``state_dict`` resumes on any other.
+            An epoch's last global batch is shared out evenly (batches differ by one
+            sample at most; a rank left without a sample repeats one, ``batch.padding``).
+            A loader made before ``init_process_group`` whose process group then disagrees
+            refuses to iterate.
         skip_errors: skip up to this many failing samples per epoch (reported in
             ``batch.skipped``) instead of raising at the first. A batch whose every sample
             failed is not delivered (its reports ride with the next batch, or a
@@ -604,7 +657,8 @@ class DataLoader:
             ``KeyboardInterrupt`` or ``SystemExit`` from a transform is never skipped: it
             stops the loader and is raised as it is.
         shard_order: ``"local"`` or ``"global"`` for shuffled shards.
-        shuffle_buffer: samples shuffled together in ``"local"`` shard order.
+        shuffle_buffer: samples shuffled together in each lane of the ``"local"`` shard
+            order (default: 4 chunks' worth).
         cache_dir: cache what is read in this directory, so later epochs and runs read
             local disk.
         cache_size: the cache directory's budget in bytes (default 16 GiB).
@@ -665,10 +719,15 @@ class DataLoader:
 
     def __init__(
         self,
-        dataset: str | Dataset,
+        dataset: str | Dataset | Sequence[str | Dataset],
         batch_size: int = 1,
         shuffle: bool = False,
         *,
+        weights: Sequence[float] | None = None,
+        stop: str | int = "first_exhausted",
+        batching: Literal["mixed", "per_stream"] = "mixed",
+        new_segment: bool = False,
+        lanes: int = 16,
         seed: int = 0,
         drop_last: bool = False,
         transform: Transform = None,
@@ -717,27 +776,45 @@ class DataLoader:
             planned = sample_fields.plan(fields, decode, sharded=True,
                                    transform=transform is not None)
         names = None if planned is None else [f.name for f in planned]
-        if isinstance(dataset, (str, os.PathLike)):
-            dataset = Dataset(os.fspath(dataset), manifest=manifest, labels=labels,
+        given_datasets = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
+        if not given_datasets:
+            raise ConfigError("give a dataset, or a list of datasets to mix")
+        if weights is not None and len(weights) != len(given_datasets):
+            raise ConfigError(f"{len(weights)} weights for {len(given_datasets)} datasets: "
+                              "give one weight per dataset")
+        datasets = []
+        for one in given_datasets:
+            if isinstance(one, (str, os.PathLike)):
+                one = Dataset(os.fspath(one), manifest=manifest, labels=labels,
                               classes=None if classes is None else list(classes),
                               storage_options=storage_options, fields=names)
-        elif any(v is not None for v in (manifest, storage_options, labels, classes)):
-            raise ConfigError("manifest, labels, classes and storage_options belong to the "
-                              "Dataset given: open it with them, or give the URL")
-        elif dataset.num_shards and dataset.fields != names:
-            raise ConfigError(
-                f"fields={names!r}, but the Dataset given was opened with fields="
-                f"{dataset.fields!r}: open it with the same fields, or give the URL")
-        if planned is not None and not dataset.num_shards:
+            elif any(v is not None for v in (manifest, storage_options, labels, classes)):
+                raise ConfigError("manifest, labels, classes and storage_options belong to "
+                                  "the Dataset given: open it with them, or give the URL")
+            elif one.num_shards and one.fields != names:
+                raise ConfigError(
+                    f"fields={names!r}, but the Dataset given was opened with fields="
+                    f"{one.fields!r}: open it with the same fields, or give the URL")
+            datasets.append(one)
+        sharded = {bool(d.num_shards) for d in datasets}
+        if planned is not None and len(sharded) > 1:
+            raise ConfigError("fields= names the members of WebDataset samples and the parts "
+                              "of one-object samples differently: mix datasets of one kind")
+        if planned is not None and not datasets[0].num_shards:
             planned = sample_fields.plan(fields or (), decode, sharded=False,
                                          transform=transform is not None)
-            _check_extensions(dataset, planned[0])
-        if not dataset.labelled and (planned is None or any(f.label for f in planned)):
-            raise ConfigError(
-                f"{dataset.backend}: the manifest gives no labels, so batches of (images, "
-                "labels) or a label field would hold -1 for every sample; name the object "
-                "alone, e.g. fields='jpg' or fields='npy', or add a label column")
-        self.dataset = dataset
+            for one in datasets:
+                _check_extensions(one, planned[0])
+        for one in datasets:
+            if not one.labelled and (planned is None or any(f.label for f in planned)):
+                raise ConfigError(
+                    f"{one.backend}: the manifest gives no labels, so batches of (images, "
+                    "labels) or a label field would hold -1 for every sample; name the "
+                    "object alone, e.g. fields='jpg' or fields='npy', or add a label column")
+        #: The dataset read (the list of them, for a mixture).
+        self.dataset = datasets[0] if len(datasets) == 1 else datasets
+        #: The datasets read, in the order ``batch.sources`` numbers them.
+        self.datasets = datasets
         self._field_plan = planned
         name = steps = function = None
         if isinstance(transform, str):
@@ -803,7 +880,9 @@ class DataLoader:
         # Raw parts cross over only when a field needs them: otherwise the image path.
         raw_fields = tuple(f for f in planned or () if not f.native and not f.label)
         self._native = _native.Loader(
-            dataset, options=options, transform=name,
+            datasets, options=options,
+            weights=None if weights is None else [float(w) for w in weights],
+            transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function,
             main_image=planned is None or planned[0].native,
             batch_memory=_pinned_block(self._torch) if self._pin else None,
@@ -845,7 +924,8 @@ class DataLoader:
             if raw is None:
                 self._report_unreported_skips()
                 return
-            images, labels, keys, indices, epoch, skipped, decoded, position = raw
+            (images, labels, keys, indices, epoch, skipped, decoded, position, padding,
+             sources) = raw
             if self._field_plan is None:
                 values = [self._array(images), self._array(labels)]
             else:
@@ -863,7 +943,8 @@ class DataLoader:
                 values = [_pinned(v) for v in values]
             yield Batch(*values, keys=keys, indices=indices, epoch=epoch, skipped=skipped,
                         fields=None if self._field_plan is None else
-                        [f.name for f in self._field_plan])
+                        [f.name for f in self._field_plan], padding=padding,
+                        sources=sources)
 
     def _field_values(self, images: Any, labels: Any, keys: list[str],
                       decoded: list[tuple[Any, ...]]) -> list[Any]:
@@ -918,7 +999,9 @@ class DataLoader:
         """A loader pickles as its settings and where it stands, so spawned processes
         (``mp.spawn``, the ``spawn`` and ``forkserver`` start methods) rebuild it; ranks
         given as ``None`` are resolved again where it is rebuilt."""
-        if not isinstance(self._settings["dataset"], (str, os.PathLike)):
+        given = self._settings["dataset"]
+        if not all(isinstance(d, (str, os.PathLike))
+                   for d in (given if isinstance(given, (list, tuple)) else [given])):
             raise TypeError(
                 "a DataLoader made from a Dataset object cannot be pickled (the Dataset "
                 "holds open storage); make it from the URL, with manifest=, labels=, "
@@ -952,7 +1035,9 @@ class DataLoader:
         return LoaderIterable(settings)
 
     def __len__(self) -> int:
-        """Batches per epoch (of this rank)."""
+        """Batches per epoch of this rank (every rank has as many). An endless epoch
+        (``stop="cycle_forever"``) has no length: ``TypeError``, as for an
+        ``IterableDataset`` without one."""
         return len(self._native)
 
     @property
@@ -967,17 +1052,19 @@ class DataLoader:
         self._native.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands (``epoch``, ``position``: samples of it delivered) and
-        what its order was made of (``order``): save it with the model's;
-        ``load_state_dict`` resumes exactly after it."""
+        """Where the run stands (``epoch``, ``position``: positions of the epoch's global
+        order its steps consumed) and what the order was made of (``order``): the same dict
+        on every rank after the same step, so save any rank's with the model's;
+        ``load_state_dict`` resumes exactly after it, on any world size and batch size."""
         return self._native.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from a ``state_dict()``: the samples not delivered before it, then the
-        same epochs as without the interruption. The next ``iter()`` continues the saved
-        epoch. A state saved under another dataset, world size, sampler, shuffle or seed
-        is refused (``ConfigError`` naming both sides): its position would name other
-        samples here."""
+        """Continue from a ``state_dict()`` of any rank, on any world size and batch size:
+        the positions not delivered before it, then the same epochs as without the
+        interruption. The next ``iter()`` continues the saved epoch. A state saved under
+        another dataset, shuffle or seed is refused (``ConfigError`` naming both sides): its
+        position would name other samples here; one of other weights or datasets too,
+        unless ``new_segment=True``."""
         self._native.load_state_dict(dict(state_dict))
 
     def summary(self) -> str | None:
