@@ -1,11 +1,12 @@
-//! Two ranks in one process, as torchrun would start two: each reads a disjoint shard of
-//! every epoch, of equal length.
+//! Ranks in one process, as torchrun would start them: two ranks read the first half of an
+//! epoch in shares of global batches, save the state (the same on both), and three ranks of
+//! another batch size resume from it; together they read the epoch's samples exactly once.
 //!
 //! `cargo run --release -p loader-examples --example distributed`
 
 use std::collections::HashSet;
 
-use loader_core::{DataLoader, Dataset, DistributedSampler, Pipeline, from_url};
+use loader_core::{DataLoader, Dataset, LoaderState, Pipeline, from_url};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -15,30 +16,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Vec::<(String, String)>::new(),
     )?;
     let dataset = Dataset::image_folder_blocking(&*store)?;
-
-    let mut shards = Vec::new();
-    for rank in 0..2 {
-        // In a real job: DistributedSampler::from_env(len)? reads RANK and WORLD_SIZE.
-        let sampler = DistributedSampler::new(dataset.len(), rank, 2)
+    // In a real job, rank and world size come from RANK and WORLD_SIZE (torchrun).
+    let rank = |rank: usize, world: usize, batch: usize| {
+        DataLoader::builder(store.clone(), dataset.clone())
+            .batch_size(batch)
             .shuffle(true)
             .seed(7)
-            .build()?;
-        let loader = DataLoader::builder(store.clone(), dataset.clone())
-            .batch_size(5)
-            .sampler(sampler)
+            .distributed(rank, world)
             .transform(Pipeline::imagenet_eval())
-            .build()?;
-        let mut seen = HashSet::new();
-        for batch in loader {
+            .build()
+    };
+
+    let mut seen = Vec::new();
+    let mut two = vec![rank(0, 2, 5)?, rank(1, 2, 5)?];
+    for _ in 0..3 {
+        for loader in &mut two {
+            if let Some(batch) = loader.next() {
+                seen.extend(batch?.indices);
+            }
+        }
+    }
+    let states: Vec<LoaderState> = two.iter().map(|l| l.state()).collect::<Result<_, _>>()?;
+    assert_eq!(states[0], states[1], "every rank's state is the same");
+    println!(
+        "2 ranks read {} samples; state: epoch {}, position {}",
+        seen.len(),
+        states[0].epoch,
+        states[0].position
+    );
+    drop(two);
+
+    for r in 0..3 {
+        let mut loader = rank(r, 3, 4)?;
+        loader.resume(states[0].clone())?;
+        let before = seen.len();
+        for batch in &mut loader {
             seen.extend(batch?.indices);
         }
-        println!("rank {rank}: {} samples", seen.len());
-        shards.push(seen);
+        println!("rank {r} of 3 resumed and read {}", seen.len() - before);
     }
-    assert!(shards[0].is_disjoint(&shards[1]), "ranks overlap");
-    println!(
-        "disjoint shards covering {} samples",
-        shards[0].len() + shards[1].len()
-    );
+    let unique: HashSet<u64> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "a sample read twice");
+    assert_eq!(unique.len(), dataset.len(), "a sample never read");
+    println!("together: each of the {} samples once", dataset.len());
     Ok(())
 }

@@ -44,9 +44,11 @@
 //! which the facade's [`Error`] (`error.rs`, the bottom room) maps back to `Storage` or
 //! `Dataset`. [`LoaderOptions`] (`options.rs`) declares every
 //! plain-data setting once; the builder (`builder.rs`) writes into it and, at `build`,
-//! wraps the store in its timeout, retry and cache layers. `plan.rs` owns the batch
-//! sampler and tells the engine (chunk last uses) and the cache (the epochs ahead) what
-//! will be read; `stage.rs` holds the CPU stage and collate. `loader/` keeps epochs, state
+//! wraps the store in its timeout, retry and cache layers (a mixture's datasets read through
+//! one [`storage::MountStore`], `source/mixture.rs`). `plan.rs` owns the order (the run's
+//! global order, cut into this rank's shares of global batches, or a caller's sampler) and
+//! tells the engine (which chunks to read whole, and their last uses) and the cache (the
+//! epochs ahead) what will be read; `stage.rs` holds the CPU stage and collate. `loader/` keeps epochs, state
 //! and iteration (`delivery.rs`: what each batch from the engine does to the pass);
 //! `batch`, `buffer` and `export` are what a batch is; `state` is what a checkpoint means.
 

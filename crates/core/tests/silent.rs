@@ -262,6 +262,19 @@ fn a_state_saved_under_another_order_is_refused_naming_both_sides() {
     };
     let err = refused(build(dataset.clone(), true, 7, 0, 2), beyond);
     assert!(err.contains("beyond the epoch"), "{err}");
+    // A state of the build before the global order counted this rank's own samples: its
+    // position cannot be mapped, so it is refused as such.
+    let old: LoaderState = serde_json::from_str(
+        r#"{"epoch": 0, "position": 40, "order": {"samples": 100, "dataset": 1,
+            "epoch_samples": 50, "world_size": 2, "sampler": "distributed", "shuffle": true,
+            "seed": 7}}"#,
+    )
+    .unwrap();
+    let err = refused(build(dataset.clone(), true, 7, 0, 2), old);
+    assert!(
+        err.contains("earlier version") && err.contains("set_epoch"),
+        "{err}"
+    );
     // Any rank of the same run, on any world size, resumes from rank 0's state; a
     // hand-made one is not checked.
     build(dataset.clone(), true, 7, 1, 2)
