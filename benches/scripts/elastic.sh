@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 28's measurements (BENCHMARKS.md, "Mixtures and elastic resume"), one run:
-#  1. GETs per image per rank with 8 ranks reading WebDataset shards in shard-local order,
+#  1. GETs per image per rank with 8 (and 3) ranks reading WebDataset shards in shard-local order,
 #     this checkout's global order (lanes) against the per-rank order of the build before it
 #     (git revision $BEFORE, built into a worktree of its own), same shards, same server;
 #  2. img/s of a 3-source mixture against the same data as one dataset, one process each,
 #     the two alternating, same server.
 #
-#   benches/scripts/elastic.sh        (env: BEFORE=0a6322f, IMAGES=4000, LOADER_CACHE)
+#   benches/scripts/elastic.sh   (env: BEFORE=0a6322f, IMAGES=4000, WORLDS="8 3", LOADER_CACHE)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -54,20 +54,22 @@ opts=(--option "aws_endpoint=$(sed -n 's/^endpoint: //p' "$log")"
       --option aws_region=us-east-1)
 shards="s3://shards/shard-{000000..000015}.tar"
 
-echo "== GETs per image in the epoch, 8 ranks, shard-local order, batch 64"
-for build in before new; do
-  bin=$old; [ $build = new ] && bin=$new
-  total_requests=0; total_images=0; per_rank=""
-  for rank in $(seq 0 7); do
-    out=$("$bin" run "$shards" "${opts[@]}" --shuffle --batch-size 64 --decode-threads 1 \
-      --set rank=$rank --set world_size=8 --json 2>/dev/null)
-    # The epoch's own requests: opening the dataset (sidecar indexes, heads) is left out.
-    r=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epochs"][0]["requests"])')
-    i=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"])')
-    total_requests=$((total_requests + r)); total_images=$((total_images + i))
-    per_rank="$per_rank $(python3 -c "print(f'{$r/$i:.3f}')")"
+for world in ${WORLDS:-8 3}; do
+  echo "== GETs per image in the epoch, $world ranks, shard-local order, batch 64"
+  for build in before new; do
+    bin=$old; [ $build = new ] && bin=$new
+    total_requests=0; total_images=0; per_rank=""
+    for rank in $(seq 0 $((world - 1))); do
+      out=$("$bin" run "$shards" "${opts[@]}" --shuffle --batch-size 64 --decode-threads 1 \
+        --set rank=$rank --set world_size=$world --json 2>/dev/null)
+      # The epoch's own requests: opening the dataset (sidecar indexes, heads) is left out.
+      r=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epochs"][0]["requests"])')
+      i=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"])')
+      total_requests=$((total_requests + r)); total_images=$((total_images + i))
+      per_rank="$per_rank $(python3 -c "print(f'{$r/$i:.3f}')")"
+    done
+    python3 -c "print(f'$build: {$total_requests} GETs for {$total_images} images, {$total_requests/$total_images:.4f} per image; per rank:$per_rank')"
   done
-  python3 -c "print(f'$build: {$total_requests} GETs for {$total_images} images, {$total_requests/$total_images:.4f} per image; per rank:$per_rank')"
 done
 
 echo "== img/s: 3 sources mixed against one dataset of the same 2100 images (local disk)"

@@ -302,8 +302,9 @@ pub fn main(args: Args) -> Result {
     if let Some(path) = &args.save_state {
         let state = loader.state()?;
         let text = serde_json::to_string_pretty(&state)?;
-        // Written whole, then renamed: a run killed while writing leaves the old state.
-        let partial = path.with_extension("partial");
+        // Written whole, then renamed: a run killed while writing leaves the old state, and
+        // ranks saving to one path each rename a whole file of their own.
+        let partial = path.with_extension(format!("partial-{}", std::process::id()));
         std::fs::write(&partial, text)?;
         std::fs::rename(&partial, path)?;
     }

@@ -137,10 +137,39 @@ pub enum ConfigError {
          of datasets, leave the order to the loader (distributed, weights)"
     )]
     SamplerAndMixture,
-    /// Sources of a mixture whose samples do not mean the same (other classes, other kinds
-    /// of label): batches would mix labels that say different things.
-    #[error("the sources of a mixture {0}")]
-    Mixture(String),
+    /// Sources of a mixture with other class lists: a label would name one class in one and
+    /// another in the other.
+    #[error(
+        "the sources of a mixture have other classes: source 0 has {first}, source {index} \
+         {other}; a label would name one class in one and another in the other. Give them the \
+         same class list (a manifest's classes=, the same folders)"
+    )]
+    MixtureClasses {
+        /// The source that differs from source 0, by its place in the list.
+        index: usize,
+        /// Source 0's classes, abbreviated.
+        first: String,
+        /// Its classes, abbreviated.
+        other: String,
+    },
+    /// Sources of a mixture with other kinds of label (classes, sets, numbers).
+    #[error(
+        "the sources of a mixture carry other kinds of label: source 0 has {first}, source {index} {other}"
+    )]
+    MixtureLabels {
+        /// The source that differs from source 0, by its place in the list.
+        index: usize,
+        /// Source 0's kind of label.
+        first: String,
+        /// Its kind of label.
+        other: String,
+    },
+    /// A source of a mixture without samples.
+    #[error("source {index} of the mixture has no samples")]
+    EmptySource {
+        /// The source, by its place in the list.
+        index: usize,
+    },
     /// The engine refused its settings.
     #[error(transparent)]
     Engine(#[from] loader_scheduler::ConfigError),

@@ -167,7 +167,7 @@ options_group! {
     pub struct MixtureOptions {
         /// When an epoch ends: `first_exhausted`, `all_exhausted`, `all_exhausted_without_replacement`, `samples_per_epoch:N` or `cycle_forever`.
         stop: StopRule = StopRule::FirstExhausted,
-        /// `mixed` (sources interleaved sample by sample) or `per_stream` (each global batch from one source).
+        /// `mixed` (sources interleaved sample by sample) or `per_stream` (global batches from one source each, by weight).
         batching: Batching = Batching::Mixed,
         /// Resume a state saved under other weights or sources by starting a new segment at its position.
         new_segment: bool = false,

@@ -72,9 +72,6 @@ pub struct MixtureStamp {
     pub stop: StopRule,
     /// Mixed or per-source global batches.
     pub batching: Batching,
-    /// How each source orders its own samples (`shard_local(lanes, window)`, `shuffled`,
-    /// `sequential`, with a subset's range): must be the same to resume.
-    pub arrangement: String,
     /// Where the current weights and sources took over.
     pub segment: Segment,
     /// Each source's reads before the state's position: where a new segment continues it.
@@ -85,7 +82,7 @@ pub struct MixtureStamp {
 }
 
 /// One source of a global order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SourceStamp {
     /// Its samples.
     pub samples: u64,
@@ -93,6 +90,10 @@ pub struct SourceStamp {
     pub hash: u64,
     /// Its whole-number weight in the mixture.
     pub weight: u64,
+    /// How it orders its own samples (`shard_local(lanes, window, chunks)`, `shuffled`,
+    /// `in order`, a subset's range): a source in a state and in the loader resuming it must
+    /// be arranged alike.
+    pub arrangement: String,
 }
 
 impl SourceStamp {
@@ -176,12 +177,18 @@ impl OrderStamp {
                 Ok(None)
             }
             (None, None, Some(s), Some(c)) => {
-                if s.arrangement != c.arrangement {
-                    return differ(
-                        "arrangement of the sources' samples",
-                        s.arrangement.clone(),
-                        c.arrangement.clone(),
-                    );
+                // A source in both must order its samples alike: its cursor counts reads of
+                // that order.
+                for current in &c.sources {
+                    if let Some(old) = s.sources.iter().find(|old| old.same_source(current))
+                        && old.arrangement != current.arrangement
+                    {
+                        return differ(
+                            "arrangement of a source's samples",
+                            old.arrangement.clone(),
+                            current.arrangement.clone(),
+                        );
+                    }
                 }
                 if s.stop.carries_across_epochs() != c.stop.carries_across_epochs() {
                     return differ("stop rule", stop_name(s.stop), stop_name(c.stop));
@@ -222,11 +229,8 @@ impl OrderStamp {
                     return changed("stop rule", stop_name(s.stop), stop_name(c.stop));
                 }
                 if s.batching != c.batching {
-                    return changed(
-                        "batching",
-                        format!("{:?}", s.batching),
-                        format!("{:?}", c.batching),
-                    );
+                    use crate::options::OptionValue;
+                    return changed("batching", s.batching.show(), c.batching.show());
                 }
                 Ok(Some(Fit::Same(s.segment.clone())))
             }
@@ -247,14 +251,9 @@ fn sampler_name(stamp: &OrderStamp) -> &'static str {
     }
 }
 
+/// A stop rule as the options spell it.
 fn stop_name(stop: StopRule) -> String {
-    match stop {
-        StopRule::SamplesPerEpoch(n) => format!("samples_per_epoch={n}"),
-        other => serde_json::to_value(other)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_else(|| format!("{other:?}")),
-    }
+    crate::options::OptionValue::show(&stop)
 }
 
 fn sources_text(sources: &[SourceStamp]) -> String {
@@ -335,4 +334,50 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
         hash_label(&mut hasher, &item.label);
     }
     hasher.digest()
+}
+
+/// The segment a run continues in when it resumes `state` (saved as `saved`) under the
+/// order stamped `current`: from the state's position, each current source going on from
+/// the reads of the saved source it is (the first not yet taken, if it appears twice), a
+/// new one from 0.
+pub(crate) fn next_segment(
+    saved: &OrderStamp,
+    state: &LoaderState,
+    current: &OrderStamp,
+    unit: u64,
+) -> Segment {
+    let (Some(s), Some(c)) = (&saved.mixture, &current.mixture) else {
+        return Segment::first(0, unit);
+    };
+    let mut taken = vec![false; s.sources.len()];
+    let bases = c
+        .sources
+        .iter()
+        .map(|source| {
+            let found = s
+                .sources
+                .iter()
+                .enumerate()
+                .position(|(i, old)| !taken[i] && old.same_source(source));
+            match found {
+                Some(i) => {
+                    taken[i] = true;
+                    s.cursors.get(i).copied().unwrap_or(0)
+                }
+                None => 0,
+            }
+        })
+        .collect();
+    Segment {
+        number: s.segment.number.saturating_add(1),
+        epoch: state.epoch,
+        start: state.position,
+        stream_start: if c.stop.carries_across_epochs() {
+            s.stream
+        } else {
+            state.position
+        },
+        bases,
+        unit,
+    }
 }

@@ -216,8 +216,7 @@ impl Case {
     /// (epoch position, index) of this rank's reads of `epoch` from `position` on, in the
     /// order the loader must deliver them. Under the global order: positions of the epoch's
     /// order (read off a one-rank loader of the same data, whose share is every position),
-    /// global batches from `position` cut among the ranks as `Stripe` cuts them (one source:
-    /// a read's slot is its position).
+    /// global batches from `position` cut among the ranks as `Stripe` cuts them.
     fn expected(&self, state: LoaderState) -> Vec<(u64, u64)> {
         if self.custom {
             return BatchSampler::new(self.sampler(), self.batch_size, self.drop_last)
@@ -248,8 +247,11 @@ impl Case {
             if self.drop_last && stop - k < g {
                 break;
             }
-            let slots: Vec<u64> = (k..stop).collect();
-            let share = stripe.share(&slots);
+            // One source without lanes: a read's slot is its position, its rank slot % W.
+            let preferred: Vec<usize> = (k..stop)
+                .map(|p| (p % self.world_size as u64) as usize)
+                .collect();
+            let share = stripe.share(&preferred);
             for o in share.offsets.iter().chain(&share.padding) {
                 let p = k + u64::from(*o);
                 out.push((p, order[p as usize]));

@@ -179,7 +179,8 @@ impl PyLoader {
         ) {
             (true, true) => {}
             (false, false) => {
-                let env = DistributedSampler::from_env(samples.max(1))
+                // The environment's rank and world size only: no order is built from it.
+                let env = DistributedSampler::from_env(1)
                     .and_then(|b| b.build())
                     .map_err(|e| config(format!("rank and world size: {e}")))?;
                 (settings.rank, settings.world_size) = (env.rank(), env.world_size());

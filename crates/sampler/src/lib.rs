@@ -121,9 +121,53 @@ pub enum SamplerError {
         /// What is wrong with it.
         problem: String,
     },
-    /// A layout or segment that does not fit the sources it describes.
-    #[error("{0}")]
-    Layout(String),
+    /// A mixture of no source.
+    #[error("a mixture needs at least one source")]
+    NoSource,
+    /// Weights for another number of sources.
+    #[error("{weights} weights for {sources} sources: give one weight per source")]
+    WeightCount {
+        /// Weights given.
+        weights: usize,
+        /// Sources.
+        sources: usize,
+    },
+    /// A segment of another number of sources than the order's.
+    #[error("a segment of {segment} sources for an order of {sources}")]
+    SegmentSources {
+        /// Sources the segment counts reads of.
+        segment: usize,
+        /// Sources of the order.
+        sources: usize,
+    },
+    /// A segment starting past the end of its epoch.
+    #[error("a segment starting at position {start} of epochs of {samples} samples")]
+    SegmentStart {
+        /// Its start.
+        start: u64,
+        /// Positions per epoch.
+        samples: u64,
+    },
+    /// Shard chunks that do not hold the source's samples.
+    #[error("the shards' chunks hold {chunks} samples, not the source's {samples}")]
+    ChunkSamples {
+        /// Samples in the chunks.
+        chunks: u64,
+        /// Samples in the source.
+        samples: u64,
+    },
+    /// A count over what the order can hold.
+    #[error("{what}: {len}, more than {most}{hint}")]
+    TooMany {
+        /// What is too many.
+        what: &'static str,
+        /// How many.
+        len: u64,
+        /// How many at most.
+        most: u64,
+        /// What to do instead, if anything.
+        hint: &'static str,
+    },
     /// Shard-local order for more ranks than the data allows.
     #[error("{samples} samples cannot give each of {ranks} ranks a sample with drop_last")]
     TooFewSamples {

@@ -311,6 +311,8 @@ impl<T: Send + 'static> Driver<T> {
                     samples.push(sample);
                     self.shared.fetch.metrics.item_done(true);
                 }
+                // Padding repeats a sample another rank reads, and reports when it fails.
+                Err(_) if i >= first_padding => self.shared.fetch.metrics.item_done(false),
                 Err(e) => {
                     skipped.push(e);
                     self.shared.fetch.metrics.item_done(false);

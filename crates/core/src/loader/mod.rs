@@ -128,13 +128,17 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         self.next_state().epoch
     }
 
-    /// Positions of an epoch's order: samples all ranks read together (a caller's sampler:
-    /// this rank's), counting those of a last batch that `drop_last` drops; `usize::MAX`
-    /// for an endless epoch.
+    /// Samples this rank reads in an epoch: its whole batches and its share of the last,
+    /// short one rounded up (for a sampler given to the loader, the sampler's length), counting
+    /// those of a last batch that `drop_last` drops; `usize::MAX` for an endless epoch.
     pub fn samples_per_epoch(&self) -> usize {
-        self.planner
-            .epoch_positions(self.next_state().epoch)
-            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        self.planner.rank_samples(self.next_state().epoch)
+    }
+
+    /// Positions of the epoch's order, all ranks' samples together (a caller's sampler: its
+    /// length); `None` for an endless epoch.
+    pub fn epoch_positions(&self) -> Result<Option<u64>> {
+        self.planner.epoch_positions(self.next_state().epoch)
     }
 
     /// Which source (of those given to [`mixture`](DataLoader::mixture), in their order) a
@@ -244,6 +248,11 @@ impl<T: Send + 'static, B> DataLoader<T, B> {
         if self.skip_to_next_epoch {
             let next = self.next_state();
             self.restart(next);
+        }
+        if self.engine.is_none() {
+            // An epoch whose order cannot be made (its positions overflow) is an error, not
+            // an empty pass.
+            self.planner.check_epoch(self.state.epoch)?;
         }
         if self.engine.is_none() && self.planner.nothing_left(self.state) {
             self.state = start_of(self.state.epoch + 1);

@@ -50,41 +50,54 @@ fn label_kind(dataset: &Dataset) -> Option<String> {
 }
 
 /// The sources' samples as one dataset read through one store: sample `i` of source `s` is
-/// index `offsets[s] + i`, its key `s/key` on the [`MountStore`] (its name, for batches and
-/// errors, stays its own key). One source is returned as it is.
+/// index `offsets[s] + i`, its key `MOUNT/key` on the [`MountStore`], where `MOUNT` is the
+/// source's fingerprint (its name, for batches and errors, stays its own key). One source is
+/// returned as it is.
 pub(crate) fn combine(sources: &[Source]) -> crate::Result<(DynStorage, Dataset, Vec<usize>)> {
     if let [one] = sources {
         return Ok((Arc::clone(&one.store), one.dataset.clone(), vec![0]));
     }
+    if let Some(index) = sources.iter().position(|s| s.dataset.is_empty()) {
+        return Err(ConfigError::EmptySource { index }.into());
+    }
     let first = &sources[0].dataset;
-    for (i, s) in sources.iter().enumerate().skip(1) {
+    for (index, s) in sources.iter().enumerate().skip(1) {
         if s.dataset.classes() != first.classes() {
-            return Err(ConfigError::Mixture(format!(
-                "have other classes: source 0 has {:?}, source {i} {:?}; a label would name \
-                 one class in one and another in the other. Give them the same class list \
-                 (a manifest's classes=, the same folders)",
-                abbreviate(first.classes()),
-                abbreviate(s.dataset.classes())
-            ))
+            return Err(ConfigError::MixtureClasses {
+                index,
+                first: abbreviate(first.classes()),
+                other: abbreviate(s.dataset.classes()),
+            }
             .into());
         }
         let (a, b) = (label_kind(first), label_kind(&s.dataset));
         if a != b {
-            return Err(ConfigError::Mixture(format!(
-                "carry other kinds of label: source 0 has {}, source {i} {}",
-                a.unwrap_or_default(),
-                b.unwrap_or_default()
-            ))
+            return Err(ConfigError::MixtureLabels {
+                index,
+                first: a.unwrap_or_default(),
+                other: b.unwrap_or_default(),
+            }
             .into());
         }
+    }
+    // Stores are mounted at their dataset's fingerprint, not their place in the list, so a
+    // cache directory's entries stay with their dataset when the list is reordered.
+    let mut mounts: Vec<String> = Vec::with_capacity(sources.len());
+    for s in sources {
+        let name = format!("{:016x}", crate::state::dataset_hash(&s.dataset));
+        let again = mounts.iter().filter(|m| m.starts_with(&name)).count();
+        mounts.push(if again == 0 {
+            name
+        } else {
+            format!("{name}-{again}")
+        });
     }
     let mut items: Vec<Item> = Vec::new();
     let mut shards: Vec<ShardLayout> = Vec::new();
     let mut objects = Vec::new();
     let mut offsets = Vec::with_capacity(sources.len());
     let mut stores = Vec::with_capacity(sources.len());
-    for (s, source) in sources.iter().enumerate() {
-        let mount = s.to_string();
+    for (source, mount) in sources.iter().zip(mounts) {
         let offset = items.len();
         offsets.push(offset);
         stores.push((mount.clone(), Arc::clone(&source.store)));

@@ -591,7 +591,9 @@ class DataLoader:
             datasets' reads carry on from epoch to epoch) or ``"cycle_forever"`` (one
             endless epoch; ``len()`` raises ``TypeError``).
         batching: ``"mixed"`` (datasets interleaved sample by sample) or ``"per_stream"``
-            (each global batch from one dataset, the batches interleaved by weight).
+            (each global batch from one dataset, the batches interleaved by weight; a batch
+            in which a dataset runs out under ``all_exhausted_without_replacement`` goes on
+            with the next; a resume with another global batch size starts a new segment).
         new_segment: resume a ``state_dict`` saved under other weights or datasets by
             starting a new segment at its position: each dataset in both continues where it
             stood (nothing lost or repeated), a new one starts at its first sample. Without

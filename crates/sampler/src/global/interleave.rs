@@ -9,8 +9,10 @@ use crate::SamplerError;
 /// other weights are rounded to a sum of [`FINE`].
 const EXACT_UP_TO: u64 = 10_000;
 /// The sum weights are rounded to when they are no ratio of small whole numbers: shares are
-/// then within 2^-20 of those asked for.
-const FINE: u64 = 1 << 20;
+/// then within 2^-16 of those asked for, and a period's table takes 384 KiB.
+const FINE: u64 = 1 << 16;
+/// The longest period (sum of whole-number weights) an interleave builds a table for.
+const MAX_PERIOD: u64 = 1 << 22;
 
 /// For weights `a_i` (whole numbers, `D = Σ a_i`), the source of each position: every prefix of
 /// `n` positions holds source `i` within one (strictly) of `n · a_i / D`. The pattern repeats
@@ -39,28 +41,30 @@ pub struct Interleave {
 
 impl Interleave {
     /// The interleave of sources with whole-number `weights` (a source of weight 0 is never
-    /// read). Their sum must be at most 2^24, and there may be at most 65,536 sources.
+    /// read). Their sum must be at most 2^22, and there may be at most 65,536 sources.
     pub fn new(weights: &[u64]) -> Result<Self, SamplerError> {
         if weights.is_empty() {
-            return Err(SamplerError::Empty("interleave sources of"));
+            return Err(SamplerError::NoSource);
         }
         if weights.len() > usize::from(u16::MAX) + 1 {
-            return Err(SamplerError::TooLarge {
+            return Err(SamplerError::TooMany {
                 what: "a mixture's sources",
                 len: weights.len() as u64,
+                most: u64::from(u16::MAX) + 1,
                 hint: "",
             });
         }
-        let period: u64 = weights.iter().sum();
+        let period = weights.iter().try_fold(0u64, |a, &w| a.checked_add(w));
+        let Some(period) = period.filter(|&p| p <= MAX_PERIOD) else {
+            return Err(SamplerError::TooMany {
+                what: "the sum of a mixture's whole-number weights",
+                len: period.unwrap_or(u64::MAX),
+                most: MAX_PERIOD,
+                hint: "; give smaller whole numbers, or fractions",
+            });
+        };
         if period == 0 {
             return Err(SamplerError::NoPositiveWeight(0.0));
-        }
-        if period > 1 << 24 {
-            return Err(SamplerError::TooLarge {
-                what: "a mixture's whole-number weights (their sum)",
-                len: period,
-                hint: "; give smaller whole numbers or fractions",
-            });
         }
         let pattern = earliest_deadline_first(weights, period);
         let mut positions: Vec<Vec<u32>> = weights
@@ -81,7 +85,7 @@ impl Interleave {
     /// The interleave of sources weighted by `weights` (finite, not negative, some positive),
     /// and the whole numbers it reads them as: their exact ratio when the weights are ratios
     /// of whole numbers summing to at most 10,000 (0.7/0.3 → 7:3, [1, 1, 2], thirds), else
-    /// rounded to 2^20ths (largest remainders; a positive weight never rounds to 0).
+    /// rounded to 2^16ths (largest remainders; a positive weight never rounds to 0).
     pub fn from_weights(weights: &[f64]) -> Result<Self, SamplerError> {
         Self::new(&whole_weights(weights)?)
     }
@@ -130,42 +134,86 @@ impl Interleave {
 }
 
 /// One period of the interleave: at each position, among the sources whose next read may come
-/// already, the one whose deadline is nearest (ties to the lower index).
+/// already, the one whose deadline is nearest (ties to the lower index). Two heaps (sources
+/// waiting for their next read's release, and those released, by deadline): O(D log m).
 fn earliest_deadline_first(weights: &[u64], period: u64) -> Vec<u16> {
-    // Sources with a weight, by (deadline, index) in a heap would be faster for thousands of
-    // sources; mixtures have a handful, and this runs once.
+    use std::cmp::{Ordering, Reverse};
+    use std::collections::BinaryHeap;
+
+    /// A source's next read `j = taken + 1`: released at the first slot `s` with
+    /// `(j - 1)·D < (s + 1)·a`, due by `j / a`.
+    #[derive(PartialEq, Eq)]
+    struct Next {
+        index: usize,
+        j: u64,
+        a: u64,
+    }
+    impl Next {
+        fn release(&self, d: u64) -> u64 {
+            // The smallest s with (s + 1)·a > (j - 1)·D.
+            ((u128::from(self.j - 1) * u128::from(d)) / u128::from(self.a)) as u64
+        }
+    }
+    impl Ord for Next {
+        // The nearer deadline j / a first, then the lower index.
+        fn cmp(&self, other: &Self) -> Ordering {
+            let (l, r) = (
+                u128::from(self.j) * u128::from(other.a),
+                u128::from(other.j) * u128::from(self.a),
+            );
+            r.cmp(&l).then(other.index.cmp(&self.index))
+        }
+    }
+    impl PartialOrd for Next {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+
+    let mut waiting: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut ready: BinaryHeap<Next> = BinaryHeap::new();
     let mut taken = vec![0u64; weights.len()];
+    for (index, &a) in weights.iter().enumerate().filter(|(_, a)| **a > 0) {
+        let next = Next { index, j: 1, a };
+        waiting.push(Reverse((next.release(period), index)));
+    }
     let mut pattern = Vec::with_capacity(period as usize);
     for slot in 0..period {
-        let mut best: Option<usize> = None;
-        for (i, &a) in weights.iter().enumerate() {
-            if a == 0 || taken[i] >= a {
-                continue;
+        while let Some(&Reverse((release, index))) = waiting.peek() {
+            if release > slot {
+                break;
             }
-            // Read j = taken + 1 may come at `slot` when (j - 1)·D < (slot + 1)·a.
-            if u128::from(taken[i]) * u128::from(period) >= u128::from(slot + 1) * u128::from(a) {
-                continue;
-            }
-            // Deadline (taken + 1) / a: the nearer, the sooner.
-            best = match best {
-                Some(b)
-                    if u128::from(taken[b] + 1) * u128::from(a)
-                        <= u128::from(taken[i] + 1) * u128::from(weights[b]) =>
-                {
-                    Some(b)
-                }
-                _ => Some(i),
-            };
+            waiting.pop();
+            let a = weights[index];
+            ready.push(Next {
+                index,
+                j: taken[index] + 1,
+                a,
+            });
         }
         // Some source is always released: if none were, Σ taken·D ≥ (slot + 1)·D, yet
-        // Σ taken = slot. The fallback keeps the pattern whole should that ever be wrong.
-        let i = best.unwrap_or_else(|| {
-            (0..weights.len())
-                .find(|&i| taken[i] < weights[i])
-                .unwrap_or(0)
-        });
-        taken[i] += 1;
-        pattern.push(i as u16);
+        // Σ taken = slot. The fallback keeps the table whole should that ever be wrong.
+        let next = match ready.pop() {
+            Some(next) => next,
+            None => match waiting.pop() {
+                Some(Reverse((_, index))) => Next {
+                    index,
+                    j: taken[index] + 1,
+                    a: weights[index],
+                },
+                None => break,
+            },
+        };
+        taken[next.index] += 1;
+        pattern.push(next.index as u16);
+        if taken[next.index] < next.a {
+            let following = Next {
+                index: next.index,
+                j: taken[next.index] + 1,
+                a: next.a,
+            };
+            waiting.push(Reverse((following.release(period), next.index)));
+        }
     }
     pattern
 }
@@ -291,6 +339,10 @@ mod tests {
         assert_eq!(whole_weights(&[0.5, 0.0, 0.5]).unwrap(), [1, 0, 1]);
         let fine = whole_weights(&[0.123_456_7, 0.876_543_3, 1e-9]).unwrap();
         assert_eq!(fine.iter().sum::<u64>(), FINE + 1);
+        // Thousands of sources of weights that are no small ratio build quickly.
+        let many: Vec<f64> = (0..2000).map(|i| 1.0 + (i as f64).sqrt()).collect();
+        let mix = Interleave::from_weights(&many).unwrap();
+        assert!(mix.period() <= FINE + 2000);
         assert_eq!(fine[2], 1);
         assert!(whole_weights(&[0.0, 0.0]).is_err());
         assert!(whole_weights(&[1.0, -1.0]).is_err());

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::interleave::Interleave;
 use super::source::{SourceEpoch, SourceOrder};
-use super::stripe::Stripe;
 use crate::SamplerError;
 
 /// When an epoch of a mixture ends, in the words of Hugging Face's `interleave_datasets` and
@@ -124,14 +123,13 @@ impl GlobalOrder {
         seed: u64,
     ) -> Result<Self, SamplerError> {
         if sources.is_empty() {
-            return Err(SamplerError::Empty("order a mixture of no source, nor"));
+            return Err(SamplerError::NoSource);
         }
         if weights.len() != sources.len() {
-            return Err(SamplerError::Layout(format!(
-                "{} weights for {} sources",
-                weights.len(),
-                sources.len()
-            )));
+            return Err(SamplerError::WeightCount {
+                weights: weights.len(),
+                sources: sources.len(),
+            });
         }
         // Checks the weights once, here, rather than at each epoch.
         Interleave::new(&weights)?;
@@ -151,19 +149,18 @@ impl GlobalOrder {
     /// The same order from `segment` on (a resumed run's, or a new one).
     pub fn with_segment(mut self, segment: Segment) -> Result<Self, SamplerError> {
         if segment.bases.len() != self.sources.len() {
-            return Err(SamplerError::Layout(format!(
-                "a segment of {} sources for {}",
-                segment.bases.len(),
-                self.sources.len()
-            )));
+            return Err(SamplerError::SegmentSources {
+                segment: segment.bases.len(),
+                sources: self.sources.len(),
+            });
         }
         if let StopRule::SamplesPerEpoch(n) = self.stop
             && segment.start > n
         {
-            return Err(SamplerError::Layout(format!(
-                "a segment starting at position {} of epochs of {n} samples",
-                segment.start
-            )));
+            return Err(SamplerError::SegmentStart {
+                start: segment.start,
+                samples: n,
+            });
         }
         self.segment = Segment {
             unit: segment.unit.max(1),
@@ -198,26 +195,27 @@ impl GlobalOrder {
     }
 
     /// The order of `epoch` (from the segment's start in its own epoch), ready for random
-    /// access. An epoch before the segment's is not this order's to tell.
+    /// access. An epoch before the segment's (a run set back to an earlier epoch) is read by
+    /// the current mixture from its start, as a run of that mixture alone would read it.
     pub fn epoch(&self, epoch: u64) -> Result<EpochOrder, SamplerError> {
-        let seg = &self.segment;
-        if epoch < seg.epoch {
-            return Err(SamplerError::Layout(format!(
-                "epoch {epoch} is before the segment that started in epoch {}",
-                seg.epoch
-            )));
-        }
+        let seg = if epoch < self.segment.epoch {
+            Segment::first(self.sources.len(), self.segment.unit)
+        } else {
+            self.segment.clone()
+        };
         let in_segment_epoch = epoch == seg.epoch;
         let first = if in_segment_epoch { seg.start } else { 0 };
         let (stream, shift, start, bases, len) = match self.stop {
             StopRule::SamplesPerEpoch(n) => {
-                // One stream for the run: epoch e's position k is stream position
+                // One stream for the run, one interleave along it from the segment's start:
+                // epoch e's position k is stream position
                 // stream_start + (e·n + k) - (segment epoch·n + segment start).
                 let at = |e: u64, k: u64| -> Option<u64> { e.checked_mul(n)?.checked_add(k) };
                 let (Some(here), Some(there)) = (at(epoch, 0), at(seg.epoch, seg.start)) else {
-                    return Err(SamplerError::TooLarge {
+                    return Err(SamplerError::TooMany {
                         what: "epochs times samples_per_epoch",
                         len: epoch,
+                        most: u64::MAX / n,
                         hint: "",
                     });
                 };
@@ -242,35 +240,7 @@ impl GlobalOrder {
                 (epoch, shift, start, bases, None)
             }
         };
-        let (mut phases, end) = self.phases(start, bases, seg.unit)?;
-        if let (StopRule::SamplesPerEpoch(n), false) = (self.stop, in_segment_epoch)
-            && let Some(p) = phases.first()
-        {
-            // Each epoch of the run's stream starts the interleave again where it begins, so
-            // per-stream blocks and the weights' prefixes count from each epoch's start. The
-            // reads behind it: the segment's own epoch from its start, then whole epochs,
-            // each the same count.
-            let first_end = seg.stream_start.saturating_add(n - seg.start.min(n));
-            let mut reads = p.reads_at(first_end);
-            let whole = Phase {
-                start: 0,
-                origin: 0,
-                bases: vec![0; reads.len()],
-                ..p.clone()
-            }
-            .reads_at(n);
-            let between = epoch - seg.epoch - 1;
-            for (r, w) in reads.iter_mut().zip(&whole) {
-                *r = r.saturating_add(w.saturating_mul(between));
-            }
-            let here = shift.stream(0);
-            phases = vec![Phase {
-                start: here,
-                origin: here,
-                bases: reads,
-                ..p.clone()
-            }];
-        }
+        let (phases, end) = self.phases(start, bases.clone(), seg.unit)?;
         let len = match (len, self.stop) {
             (Some(n), _) => Some(n),
             (None, StopRule::CycleForever) => None,
@@ -286,6 +256,7 @@ impl GlobalOrder {
                 first,
                 len,
                 phases,
+                bases,
             }),
         })
     }
@@ -470,7 +441,8 @@ pub struct Draw {
     pub read: u64,
     /// The sample of the source it reads.
     pub sample: u64,
-    /// Its place in its source-epoch (`read % len`), which decides its rank.
+    /// Its place in its source-epoch (`read % len`), which decides its rank
+    /// ([`SourceOrder::rank_of`]).
     pub slot: u64,
 }
 
@@ -484,6 +456,8 @@ struct EpochInner {
     first: u64,
     len: Option<u64>,
     phases: Vec<Phase>,
+    /// Each source's reads before the stream's start.
+    bases: Vec<u64>,
 }
 
 /// One epoch of a [`GlobalOrder`], built for random access and reading on.
@@ -532,7 +506,7 @@ impl EpochOrder {
                 .phases
                 .last()
                 .and_then(|p| p.end.map(|end| p.reads_at(end)))
-                .unwrap_or_else(|| self.inner.order.segment.bases.clone()),
+                .unwrap_or_else(|| self.inner.bases.clone()),
         };
         Draws {
             epoch: self.clone(),
@@ -563,23 +537,16 @@ impl EpochOrder {
             .unwrap_or(self.inner.phases.len())
     }
 
-    /// This rank's batches from position `from`: global batch `b` is positions
-    /// `from + b·G ..` of `G = world × batch_size`, cut by `stripe`; under `drop_last` an
-    /// epoch's last, short global batch is not read by any rank.
-    pub fn rank_batches(&self, from: u64, stripe: Stripe, drop_last: bool) -> RankBatches {
-        RankBatches {
-            draws: self.draws(from),
-            stripe,
-            drop_last,
-            batch: Vec::new(),
-        }
+    /// The sources of the order.
+    pub(super) fn sources(&self) -> &[SourceOrder] {
+        self.inner.order.sources()
     }
 }
 
 /// The reads of an epoch from a position on (see [`EpochOrder::draws`]).
 #[derive(Debug)]
 pub struct Draws {
-    epoch: EpochOrder,
+    pub(super) epoch: EpochOrder,
     /// The epoch position of the next read.
     position: u64,
     /// Its stream position.
@@ -628,102 +595,6 @@ impl Iterator for Draws {
             read,
             sample,
             slot,
-        })
-    }
-}
-
-/// One rank's part of a global batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RankBatch {
-    /// The global batch's first epoch position.
-    pub start: u64,
-    /// One past its last: the state after this batch is delivered.
-    pub end: u64,
-    /// This rank's reads, in position order, then any padding.
-    pub reads: Vec<RankRead>,
-    /// How many of `reads`, at the end, repeat another rank's sample (see
-    /// [`Share::padding`](super::Share::padding)).
-    pub padding: usize,
-    /// Whether no global batch follows it in the epoch.
-    pub last: bool,
-}
-
-/// One sample a rank reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RankRead {
-    /// The read.
-    pub draw: Draw,
-    /// Its epoch position.
-    pub position: u64,
-    /// Whether it belongs to another rank's lanes (moved here to even out the shares).
-    pub stray: bool,
-}
-
-/// A rank's batches of an epoch (see [`EpochOrder::rank_batches`]).
-#[derive(Debug)]
-pub struct RankBatches {
-    draws: Draws,
-    stripe: Stripe,
-    drop_last: bool,
-    batch: Vec<Draw>,
-}
-
-impl RankBatches {
-    /// The epoch position the next batch starts at.
-    pub fn position(&self) -> u64 {
-        self.draws.position()
-    }
-}
-
-impl Iterator for RankBatches {
-    type Item = RankBatch;
-
-    fn next(&mut self) -> Option<RankBatch> {
-        let g = self.stripe.global_batch().max(1) as u64;
-        let len = self.draws.epoch.len();
-        let start = self.draws.position();
-        let end = match len {
-            Some(len) if start >= len => return None,
-            Some(len) => len.min(start.saturating_add(g)),
-            None => start.saturating_add(g),
-        };
-        if self.drop_last && end - start < g {
-            return None;
-        }
-        self.batch.clear();
-        self.batch
-            .extend(self.draws.by_ref().take((end - start) as usize));
-        let end = start + self.batch.len() as u64;
-        if self.batch.is_empty() {
-            return None;
-        }
-        let slots: Vec<u64> = self.batch.iter().map(|d| d.slot).collect();
-        let share = self.stripe.share(&slots);
-        let mut reads: Vec<RankRead> = share
-            .offsets
-            .iter()
-            .zip(&share.strays)
-            .map(|(&o, &stray)| RankRead {
-                draw: self.batch[o as usize],
-                position: start + u64::from(o),
-                stray,
-            })
-            .collect();
-        reads.extend(share.padding.iter().map(|&o| RankRead {
-            draw: self.batch[o as usize],
-            position: start + u64::from(o),
-            stray: true,
-        }));
-        let last = match len {
-            Some(len) => end >= len || (self.drop_last && len - end < g),
-            None => false,
-        };
-        Some(RankBatch {
-            start,
-            end,
-            reads,
-            padding: share.padding.len(),
-            last,
         })
     }
 }

@@ -66,9 +66,10 @@ impl SourceOrder {
             }
             let total: usize = shards.iter().flatten().map(|c| c.len()).sum();
             if total as u64 != len {
-                return Err(SamplerError::Layout(format!(
-                    "the shards' chunks hold {total} samples, not the source's {len}"
-                )));
+                return Err(SamplerError::ChunkSamples {
+                    chunks: total as u64,
+                    samples: len,
+                });
             }
         }
         Ok(Self {
@@ -96,6 +97,32 @@ impl SourceOrder {
     /// What seeds its permutations besides the run's seed.
     pub fn identity(&self) -> u64 {
         self.identity
+    }
+
+    /// The rank, of `world`, whose lanes read `slot` (a read's place in its source-epoch):
+    /// where a rank's share of a global batch takes it from, if the shares allow. A world
+    /// size that divides the lane count gives each rank whole lanes (`slot % world`, which
+    /// also evens the shares of any run of consecutive slots). Any other spreads each lane
+    /// over the ranks its share of the lanes falls on, in proportion (one for most lanes,
+    /// two where a rank's share ends within a lane; more than two only for more ranks than
+    /// lanes), by a low-discrepancy sequence over the lane's reads, so shares stay even.
+    /// Orders without lanes go round the ranks.
+    pub fn rank_of(&self, slot: u64, world: usize) -> usize {
+        let world = world.max(1) as u64;
+        let lanes = match &self.kind {
+            SourceKind::ShardLocal { lanes, .. } => u64::from(*lanes),
+            _ => return (slot % world) as usize,
+        };
+        if lanes % world == 0 {
+            return (slot % world) as usize;
+        }
+        let (lane, round) = (slot % lanes, slot / lanes);
+        // The golden ratio's fraction, in 64-bit fixed point: round r's point in [0, 1).
+        let within = u128::from(round.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        // The read's point in [0, 1) of the lanes (below 2^64 in fixed point), then its rank.
+        let point = ((u128::from(lane) << 64) | within) / u128::from(lanes);
+        let rank = (point * u128::from(world)) >> 64;
+        (rank as u64).min(world - 1) as usize
     }
 
     /// Source-epoch `number` of stream `stream`, ready to answer which sample each read is.
@@ -135,12 +162,13 @@ impl SourceEpoch {
     /// The source's sample index read `t`-th in this source-epoch (`t` below the source's
     /// length).
     pub fn sample(&self, t: u64) -> u64 {
-        match &self.plan {
+        let sample = match &self.plan {
             Plan::Sequential => t,
             Plan::Shuffled(p) => p.at(t),
             Plan::Lanes(lanes) => lanes.sample(t),
-        }
-        .min(self.len.saturating_sub(1))
+        };
+        debug_assert!(sample < self.len, "sample {sample} of {}", self.len);
+        sample
     }
 }
 

@@ -1,6 +1,7 @@
 //! Read planning: the run's global order (one order of every source's samples, the same on
-//! any world size), this rank's share of each global batch, and what the engine (which
-//! chunks to read whole, and when each is done) and the cache (the epochs ahead) are told.
+//! any world size) or a caller's sampler, this rank's share of each global batch, and what
+//! the engine (`chunked`: which chunks to read whole, and when each is done) and the cache
+//! (the epochs ahead) are told.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,30 +10,41 @@ use loader_sampler::{
     BatchSampler, Batching, DEFAULT_WINDOW_CHUNKS, EpochOrder, GlobalOrder, Interleave, Sampler,
     SamplerState, Segment, SourceKind, SourceOrder, Stripe,
 };
-use loader_scheduler::{BatchPlan, Chunk, WorkItem};
+use loader_scheduler::BatchPlan;
 use loader_storage::layer::Cache;
 
 use crate::error::{ConfigError, StateError};
-use crate::options::{LoaderOptions, ShardOrder};
+use crate::options::{LoaderOptions, MixtureOptions, ShardOrder};
 use crate::source::Source;
 use crate::state::{
     CustomStamp, Fit, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,
-    check_position, dataset_hash,
+    check_position, dataset_hash, next_segment,
 };
-use crate::{Dataset, Item, Result};
+use crate::{Dataset, Result};
+
+mod chunked;
+
+use chunked::{Chunked, Cut, CutRead};
 
 /// Epochs ahead of the one being read whose reads the cache is told. Two reach the offline
 /// optimum in the hit-rate replay (`examples/cache_hit_rate.rs`) where one falls short
 /// under sampling with replacement (a sample skipped by the next epoch looks unneeded).
 const CACHE_HORIZON: u64 = 2;
 
-/// A rank's reads looked ahead at to decide what to do with a chunk: whether the rank reads
-/// enough of it to fetch it whole, and which read is its last (after which the engine lets
-/// it go; one read again further on is fetched again rather than held).
+/// Reads a rank looks ahead at, at least, to decide what to do with a chunk (read it whole
+/// when it reads half of it, and let it go after its last read; one read again further on
+/// is fetched again rather than held). Lanes of large chunks look further: a chunk's reads
+/// span its lane's window.
 const CHUNK_HORIZON: usize = 8192;
 
-/// Reads of an endless epoch the cache is told about at once.
+/// Reads looked ahead at, at most.
+const MAX_HORIZON: usize = 1 << 22;
+
+/// Reads of one epoch the cache is told about at once, at most.
 const ANNOUNCE_CAP: usize = 1 << 22;
+
+/// Epoch orders kept built (the engine's epoch, the one ahead it announces, a checkpoint's).
+const EPOCHS_KEPT: usize = 4;
 
 /// One source as the planner reads it: where its samples start in the loader's dataset, and
 /// whether this rank reads them by chunks.
@@ -44,18 +56,26 @@ struct PlanSource {
 
 /// What orders the samples.
 #[derive(Clone)]
-enum Order {
+enum ReadOrder {
     /// The loader's global order, cut into global batches that ranks share.
     Global {
         order: GlobalOrder,
         stripe: Stripe,
         batching: Batching,
-        /// The epoch order last built, since building one costs a pass over the sources'
-        /// chunk layouts.
-        built: Arc<Mutex<Option<EpochOrder>>>,
+        /// Epoch orders recently built, newest last (building one costs a pass over the
+        /// sources' phases).
+        built: Arc<Mutex<Vec<EpochOrder>>>,
     },
     /// A caller's sampler, read by this rank alone.
     Custom(Arc<dyn Sampler>),
+}
+
+/// Positions the interleave counts in: one, or a global batch under per-stream batching.
+fn unit(batching: Batching, stripe: &Stripe) -> u64 {
+    match batching {
+        Batching::Mixed => 1,
+        Batching::PerStream => stripe.global_batch() as u64,
+    }
 }
 
 /// The order of a loader and what it tells the engine and the cache.
@@ -65,7 +85,7 @@ pub(crate) struct Planner {
     sources: Arc<[PlanSource]>,
     /// Where each source's samples start in `dataset`.
     offsets: Arc<[usize]>,
-    order: Order,
+    order: ReadOrder,
     batch_size: usize,
     drop_last: bool,
     /// Epochs to read at most: the engine does not run ahead past the last.
@@ -76,27 +96,8 @@ pub(crate) struct Planner {
     stamp: OrderStamp,
     /// Start a new segment when a state of another mixture is resumed.
     new_segment: bool,
-}
-
-/// One rank's part of one batch, before it becomes the engine's plan.
-struct Cut {
-    epoch: u64,
-    start: u64,
-    end: u64,
-    last: bool,
-    padding: usize,
-    reads: Vec<CutRead>,
-}
-
-/// One read of a cut.
-#[derive(Clone, Copy)]
-struct CutRead {
-    /// Its dataset index.
-    index: usize,
-    /// Whether it may be read with its chunk.
-    chunkable: bool,
-    /// Its epoch position, when the cut's reads are not consecutive positions.
-    position: Option<u64>,
+    /// Reads looked ahead at for chunks.
+    horizon: usize,
 }
 
 impl Planner {
@@ -109,7 +110,7 @@ impl Planner {
         options: &LoaderOptions,
         custom: Option<Arc<dyn Sampler>>,
     ) -> Result<Self> {
-        let (world, seed) = (options.world_size, options.seed);
+        let world = options.world_size;
         if let Some(range) = &options.subset {
             if custom.is_some() || world > 1 || sources.len() > 1 {
                 return Err(ConfigError::SubsetAndSampler.into());
@@ -123,50 +124,102 @@ impl Planner {
                 .into());
             }
         }
-        if let Some(sampler) = custom {
-            if options.shuffle {
-                return Err(ConfigError::SamplerAndShuffle.into());
-            }
-            if sources.len() > 1 || world > 1 {
-                return Err(ConfigError::SamplerAndMixture.into());
-            }
-            let stamp = OrderStamp {
-                version: ORDER_VERSION,
-                seed,
-                shuffle: false,
-                mixture: None,
-                custom: Some(CustomStamp {
-                    samples: dataset.len() as u64,
-                    dataset: dataset_hash(&dataset),
-                    epoch_samples: sampler.len() as u64,
-                }),
-            };
-            let planner = Self {
-                dataset,
-                sources: Arc::from(vec![PlanSource {
-                    offset: 0,
-                    chunked: false,
-                }]),
-                offsets: Arc::from(vec![0]),
-                order: Order::Custom(sampler),
-                batch_size: options.batch_size,
-                drop_last: options.drop_last,
-                epochs: options.epochs,
-                cache: None,
-                stamp,
-                new_segment: options.mixture.new_segment,
-            };
-            planner.check_has_a_batch()?;
-            return Ok(planner);
+        let planner = match custom {
+            Some(sampler) => Self::custom(sources, dataset, options, sampler)?,
+            None => Self::global(sources, dataset, offsets, options)?,
+        };
+        planner.check_has_a_batch()?;
+        Ok(planner)
+    }
+
+    /// A caller's sampler: one dataset, one rank, none of the global order's settings.
+    fn custom(
+        sources: &[Source],
+        dataset: Dataset,
+        options: &LoaderOptions,
+        sampler: Arc<dyn Sampler>,
+    ) -> Result<Self> {
+        if options.shuffle {
+            return Err(ConfigError::SamplerAndShuffle.into());
         }
-        let mut orders = Vec::with_capacity(sources.len());
-        let mut plan_sources = Vec::with_capacity(sources.len());
-        let mut stamps = Vec::with_capacity(sources.len());
-        let mut arrangement = Vec::with_capacity(sources.len());
+        if sources.len() > 1 || options.world_size > 1 {
+            return Err(ConfigError::SamplerAndMixture.into());
+        }
+        let defaults = LoaderOptions::default();
+        let ignored = [
+            (
+                "mixture.stop",
+                options.mixture.stop != MixtureOptions::default().stop,
+            ),
+            (
+                "mixture.batching",
+                options.mixture.batching != Batching::Mixed,
+            ),
+            ("mixture.new_segment", options.mixture.new_segment),
+            ("lanes", options.lanes != defaults.lanes),
+            ("shuffle_buffer", options.shuffle_buffer.is_some()),
+            ("shard_order", options.shard_order != ShardOrder::Local),
+        ];
+        if let Some((key, _)) = ignored.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::Option(format!(
+                "{key} sets the loader's own order, but a sampler was given, which orders the \
+                 samples itself: leave {key} unset, or leave the order to the loader"
+            ))
+            .into());
+        }
+        let stamp = OrderStamp {
+            version: ORDER_VERSION,
+            seed: options.seed,
+            shuffle: false,
+            mixture: None,
+            custom: Some(CustomStamp {
+                samples: dataset.len() as u64,
+                dataset: dataset_hash(&dataset),
+                epoch_samples: sampler.len() as u64,
+            }),
+        };
+        Ok(Self {
+            dataset,
+            sources: Arc::from(vec![PlanSource {
+                offset: 0,
+                chunked: false,
+            }]),
+            offsets: Arc::from(vec![0]),
+            order: ReadOrder::Custom(sampler),
+            batch_size: options.batch_size,
+            drop_last: options.drop_last,
+            epochs: options.epochs,
+            cache: None,
+            stamp,
+            new_segment: false,
+            horizon: CHUNK_HORIZON,
+        })
+    }
+
+    /// The loader's global order over `sources`.
+    fn global(
+        sources: &[Source],
+        dataset: Dataset,
+        offsets: &[usize],
+        options: &LoaderOptions,
+    ) -> Result<Self> {
+        let (world, seed) = (options.world_size.max(1), options.seed);
+        if options.rank >= world {
+            return Err(loader_sampler::SamplerError::RankOutOfRange {
+                rank: options.rank,
+                world_size: world,
+            }
+            .into());
+        }
         let weights =
             Interleave::from_weights(&sources.iter().map(|s| s.weight).collect::<Vec<_>>())?
                 .weights()
                 .to_vec();
+        let total_weight: u64 = weights.iter().sum();
+        let mut orders = Vec::with_capacity(sources.len());
+        let mut plan_sources = Vec::with_capacity(sources.len());
+        let mut stamps = Vec::with_capacity(sources.len());
+        let mut horizon = CHUNK_HORIZON;
         let mut seen: HashMap<u64, u64> = HashMap::new();
         for (s, source) in sources.iter().enumerate() {
             let data = &source.dataset;
@@ -175,90 +228,53 @@ impl Planner {
             let repeat = seen.entry(hash).or_default();
             let identity = hash ^ repeat.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             *repeat += 1;
+            let arranged = arrange(data, options);
             stamps.push(SourceStamp {
                 samples: data.len() as u64,
                 hash,
                 weight: weights[s],
+                arrangement: arranged.text,
             });
-            let sharded = !data.shards().is_empty();
-            let (offset, len, kind, chunked, text) = match &options.subset {
-                Some(range) => (
-                    range.start,
-                    range.len(),
-                    if options.shuffle {
-                        SourceKind::Shuffled
-                    } else {
-                        SourceKind::Sequential
-                    },
-                    false,
-                    format!(
-                        "subset {}..{} {}",
-                        range.start,
-                        range.end,
-                        if options.shuffle {
-                            "shuffled"
-                        } else {
-                            "in order"
-                        }
-                    ),
-                ),
-                None if options.shuffle && sharded && options.shard_order == ShardOrder::Local => {
-                    let shards: Vec<Vec<std::ops::Range<usize>>> =
-                        data.shards().iter().map(|s| s.chunks.clone()).collect();
-                    let chunks = shards.iter().map(Vec::len).sum::<usize>().max(1);
-                    let window = options
-                        .shuffle_buffer
-                        .unwrap_or_else(|| (DEFAULT_WINDOW_CHUNKS * data.len()).div_ceil(chunks))
-                        .max(1);
-                    let text = format!("shard_local(lanes={}, window={window})", options.lanes);
-                    let kind = SourceKind::ShardLocal {
-                        shards: shards.into(),
-                        lanes: options.lanes,
-                        window,
-                    };
-                    (0, data.len(), kind, true, text)
-                }
-                None if options.shuffle => (
-                    0,
-                    data.len(),
-                    SourceKind::Shuffled,
-                    false,
-                    "shuffled".into(),
-                ),
-                None => (
-                    0,
-                    data.len(),
-                    SourceKind::Sequential,
-                    sharded,
-                    "in order".into(),
-                ),
-            };
-            arrangement.push(text);
+            // Reads a rank makes while one chunk of this source is open: its lane's window
+            // and the chunk, among the other lanes and sources, over the ranks.
+            if arranged.chunked && weights[s] > 0 {
+                let (window, lanes) = match &arranged.kind {
+                    SourceKind::ShardLocal { window, lanes, .. } => (*window, *lanes as usize),
+                    _ => (0, 1),
+                };
+                let span = (window + max_chunk_samples(data)).saturating_mul(lanes);
+                let positions = span as u128 * u128::from(total_weight) / u128::from(weights[s]);
+                let reads = usize::try_from(positions / world as u128).unwrap_or(usize::MAX);
+                horizon = horizon.max(reads.saturating_mul(2)).min(MAX_HORIZON);
+            }
             plan_sources.push(PlanSource {
-                offset: offsets[s] + offset,
-                chunked,
+                offset: offsets[s] + arranged.offset,
+                chunked: arranged.chunked,
             });
-            orders.push(SourceOrder::new(len as u64, kind, identity)?);
+            orders.push(SourceOrder::new(
+                arranged.len as u64,
+                arranged.kind,
+                identity,
+            )?);
         }
-        let order = GlobalOrder::new(orders, weights, options.mixture.stop, seed)?;
+        let lanes = options.lanes as usize;
+        if world > 1 && !lanes.is_multiple_of(world) && plan_sources.iter().any(|s| s.chunked) {
+            // Not an error: every sample is still read once; it costs requests.
+            tracing::warn!(
+                "world size {world} does not divide the shard order's {lanes} lanes: ranks \
+                 share chunks, so shards are read with 2-10x the GETs (BENCHMARKS.md); set \
+                 lanes to a multiple of every world size this run will have (e.g. 48 for 3, 6, \
+                 12, 24 and 48 ranks) at its start"
+            );
+        }
         let stripe = Stripe {
             rank: options.rank,
-            world: world.max(1),
+            world,
             batch_size: options.batch_size,
         };
         let batching = options.mixture.batching;
-        let unit = match batching {
-            Batching::Mixed => 1,
-            Batching::PerStream => stripe.global_batch() as u64,
-        };
-        let order = order.with_segment(Segment::first(sources.len(), unit))?;
-        if options.rank >= stripe.world {
-            return Err(loader_sampler::SamplerError::RankOutOfRange {
-                rank: options.rank,
-                world_size: stripe.world,
-            }
-            .into());
-        }
+        let order = GlobalOrder::new(orders, weights, options.mixture.stop, seed)?
+            .with_segment(Segment::first(sources.len(), unit(batching, &stripe)))?;
         let stamp = OrderStamp {
             version: ORDER_VERSION,
             seed,
@@ -267,18 +283,17 @@ impl Planner {
                 sources: stamps,
                 stop: options.mixture.stop,
                 batching,
-                arrangement: arrangement.join("; "),
                 segment: order.segment().clone(),
                 cursors: Vec::new(),
                 stream: 0,
             }),
             custom: None,
         };
-        let planner = Self {
+        Ok(Self {
             dataset,
             sources: plan_sources.into(),
             offsets: offsets.into(),
-            order: Order::Global {
+            order: ReadOrder::Global {
                 order,
                 stripe,
                 batching,
@@ -290,9 +305,8 @@ impl Planner {
             cache: None,
             stamp,
             new_segment: options.mixture.new_segment,
-        };
-        planner.check_has_a_batch()?;
-        Ok(planner)
+            horizon,
+        })
     }
 
     fn check_has_a_batch(&self) -> Result<()> {
@@ -300,6 +314,8 @@ impl Planner {
             return Err(ConfigError::NoBatch {
                 samples: self
                     .epoch_positions(self.fresh_epoch())
+                    .ok()
+                    .flatten()
                     .map_or(usize::MAX, |n| n as usize),
                 batch_size: self.global_batch(),
                 drop_last: self.drop_last,
@@ -309,41 +325,51 @@ impl Planner {
         Ok(())
     }
 
-    /// Samples in a global batch: every rank's batch.
+    /// Samples of a global batch: every rank's batch.
     fn global_batch(&self) -> usize {
         match &self.order {
-            Order::Global { stripe, .. } => stripe.global_batch(),
-            Order::Custom(_) => self.batch_size,
+            ReadOrder::Global { stripe, .. } => stripe.global_batch(),
+            ReadOrder::Custom(_) => self.batch_size,
         }
     }
 
     /// An epoch of the current mixture read from its start (the one after the segment's).
     fn fresh_epoch(&self) -> u64 {
         match &self.order {
-            Order::Global { order, .. } => order.segment().epoch.saturating_add(1),
-            Order::Custom(_) => 0,
+            ReadOrder::Global { order, .. } => order.segment().epoch.saturating_add(1),
+            ReadOrder::Custom(_) => 0,
         }
     }
 
-    /// The global order of `epoch`, built once while it is being read.
+    /// The global order of `epoch` (`None` under a caller's sampler), built once while it
+    /// is read.
     fn epoch_order(&self, epoch: u64) -> Result<Option<EpochOrder>> {
-        let Order::Global { order, built, .. } = &self.order else {
+        let ReadOrder::Global { order, built, .. } = &self.order else {
             return Ok(None);
         };
         let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(e) = built.as_ref().filter(|e| e.epoch() == epoch) {
+        if let Some(e) = built.iter().find(|e| e.epoch() == epoch) {
             return Ok(Some(e.clone()));
         }
         let e = order.epoch(epoch)?;
-        *built = Some(e.clone());
+        if built.len() >= EPOCHS_KEPT {
+            built.remove(0);
+        }
+        built.push(e.clone());
         Ok(Some(e))
     }
 
+    /// That `epoch` has an order this loader can read (a run set to an epoch whose
+    /// positions overflow does not).
+    pub(crate) fn check_epoch(&self, epoch: u64) -> Result<()> {
+        self.epoch_order(epoch).map(drop)
+    }
+
     /// Positions of `epoch`'s order (`None`: endless); for a caller's sampler, its samples.
-    pub(crate) fn epoch_positions(&self, epoch: u64) -> Option<u64> {
+    pub(crate) fn epoch_positions(&self, epoch: u64) -> Result<Option<u64>> {
         match &self.order {
-            Order::Global { .. } => self.epoch_order(epoch).ok().flatten().and_then(|e| e.len()),
-            Order::Custom(sampler) => Some(sampler.len() as u64),
+            ReadOrder::Global { .. } => Ok(self.epoch_order(epoch)?.and_then(|e| e.len())),
+            ReadOrder::Custom(sampler) => Ok(Some(sampler.len() as u64)),
         }
     }
 
@@ -351,12 +377,13 @@ impl Planner {
     /// many, the last global batch being shared out evenly (or dropped under `drop_last`).
     pub(crate) fn len(&self) -> usize {
         match &self.order {
-            Order::Custom(sampler) => {
+            ReadOrder::Custom(sampler) => {
                 BatchSampler::new(Arc::clone(sampler), self.batch_size, self.drop_last).len()
             }
-            Order::Global { .. } => match self.epoch_positions(self.fresh_epoch()) {
-                None => usize::MAX,
-                Some(n) => {
+            ReadOrder::Global { .. } => match self.epoch_positions(self.fresh_epoch()) {
+                Ok(None) => usize::MAX,
+                Err(_) => 0,
+                Ok(Some(n)) => {
                     let g = self.global_batch() as u64;
                     let batches = if self.drop_last { n / g } else { n.div_ceil(g) };
                     usize::try_from(batches).unwrap_or(usize::MAX)
@@ -365,18 +392,34 @@ impl Planner {
         }
     }
 
+    /// Samples this rank reads in an epoch (`usize::MAX`: endless): whole batches, and its
+    /// share of the last, short one rounded up.
+    pub(crate) fn rank_samples(&self, epoch: u64) -> usize {
+        let Ok(Some(n)) = self.epoch_positions(epoch) else {
+            return usize::MAX;
+        };
+        let (g, b) = (self.global_batch() as u64, self.batch_size as u64);
+        let world = g / b.max(1);
+        let samples = if self.drop_last {
+            n / g * b
+        } else {
+            n / g * b + (n % g).div_ceil(world.max(1))
+        };
+        usize::try_from(samples).unwrap_or(usize::MAX)
+    }
+
     /// Whether the epoch of `state` has no batch left from its position.
     pub(crate) fn nothing_left(&self, state: SamplerState) -> bool {
         match &self.order {
-            Order::Custom(sampler) => {
+            ReadOrder::Custom(sampler) => {
                 BatchSampler::new(Arc::clone(sampler), self.batch_size, self.drop_last)
                     .resume(state)
                     .next()
                     .is_none()
             }
-            Order::Global { .. } => match self.epoch_positions(state.epoch) {
-                None => false,
-                Some(n) => {
+            ReadOrder::Global { .. } => match self.epoch_positions(state.epoch) {
+                Ok(None) | Err(_) => false,
+                Ok(Some(n)) => {
                     let left = n.saturating_sub(state.position);
                     left == 0 || (self.drop_last && left < self.global_batch() as u64)
                 }
@@ -387,7 +430,7 @@ impl Planner {
     /// The stamp of the order at `state`: what a checkpoint carries.
     pub(crate) fn stamp(&self, state: SamplerState) -> OrderStamp {
         let mut stamp = self.stamp.clone();
-        if let (Order::Global { order, .. }, Some(m)) = (&self.order, stamp.mixture.as_mut()) {
+        if let (ReadOrder::Global { order, .. }, Some(m)) = (&self.order, stamp.mixture.as_mut()) {
             m.segment = order.segment().clone();
             if let Ok(Some(e)) = self.epoch_order(state.epoch) {
                 m.cursors = e.cursors(state.position);
@@ -398,25 +441,24 @@ impl Planner {
     }
 
     /// Take `state` on: check it against this order, and go on in its segment, or start a
-    /// new one when it was saved under another mixture and that is allowed.
+    /// new one when it was saved under another mixture and that is allowed. Nothing changes
+    /// when the state is refused.
     pub(crate) fn adopt(&mut self, state: &LoaderState) -> Result<()> {
         check_position(state, None)?;
+        let mut next = self.clone();
         if let Some(saved) = &state.order {
             let fit = self.stamp.fit(saved)?;
             if let (
-                Order::Global {
+                ReadOrder::Global {
                     order,
                     stripe,
                     batching,
                     built,
                 },
                 Some(fit),
-            ) = (&mut self.order, fit)
+            ) = (&mut next.order, fit)
             {
-                let unit = match batching {
-                    Batching::Mixed => 1,
-                    Batching::PerStream => stripe.global_batch() as u64,
-                };
+                let unit = unit(*batching, stripe);
                 let segment = match fit {
                     // The same mixture, cut into other global batches under per-stream
                     // batching: the interleave counts in the new ones from here on.
@@ -439,17 +481,30 @@ impl Planner {
                     }
                 };
                 *order = order.clone().with_segment(segment)?;
-                *built.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *built = Arc::default();
             }
         }
-        check_position(state, self.epoch_positions(state.epoch))?;
+        check_position(state, next.epoch_positions(state.epoch)?)?;
+        *self = next;
         Ok(())
+    }
+
+    /// The source of dataset index `index`, and its index within that source.
+    pub(crate) fn source_of(&self, index: usize) -> Option<(usize, usize)> {
+        if index >= self.dataset.len() {
+            return None;
+        }
+        let source = self
+            .offsets
+            .partition_point(|&o| o <= index)
+            .checked_sub(1)?;
+        Some((source, index - self.offsets[source]))
     }
 
     /// This rank's batches of `epoch` from position `from`.
     fn cuts(&self, epoch: u64, from: u64) -> Box<dyn Iterator<Item = Cut> + Send> {
         match &self.order {
-            Order::Custom(sampler) => {
+            ReadOrder::Custom(sampler) => {
                 let state = SamplerState {
                     epoch,
                     position: from,
@@ -480,7 +535,9 @@ impl Planner {
                     })
                 }))
             }
-            Order::Global { stripe, .. } => {
+            ReadOrder::Global { stripe, .. } => {
+                // An epoch without an order ends at once; `check_epoch` reports why before
+                // a pass starts.
                 let Ok(Some(order)) = self.epoch_order(epoch) else {
                     return Box::new(std::iter::empty());
                 };
@@ -512,40 +569,38 @@ impl Planner {
         }
     }
 
-    /// The source of dataset index `index`, and its index within that source.
-    pub(crate) fn source_of(&self, index: usize) -> Option<(usize, usize)> {
-        if index >= self.dataset.len() {
-            return None;
-        }
-        let source = self
-            .offsets
-            .partition_point(|&o| o <= index)
-            .checked_sub(1)?;
-        Some((source, index - self.offsets[source]))
-    }
-
     /// The dataset indices this rank reads in `epoch` from its start (its segment's, in the
     /// segment's epoch), in order, padding included.
     pub(crate) fn planned(&self, epoch: u64) -> impl Iterator<Item = u64> + Send + use<> {
         let from = match &self.order {
-            Order::Global { order, .. } if order.segment().epoch == epoch => order.segment().start,
+            ReadOrder::Global { order, .. } if order.segment().epoch == epoch => {
+                order.segment().start
+            }
             _ => 0,
         };
         self.cuts(epoch, from)
             .flat_map(|cut| cut.reads.into_iter().map(|r| r.index as u64))
     }
 
+    /// The engine's plans of `epoch` from `from`.
+    fn chunked(&self, epoch: u64, from: u64) -> Chunked {
+        Chunked::new(self.dataset.clone(), self.cuts(epoch, from), self.horizon)
+    }
+
     /// Batches from `start` on, epoch after epoch (up to the last of `epochs`), for the
-    /// engine to run ahead on; the cache is told the reads of the epochs ahead as they come.
+    /// engine to run ahead on; the cache is told the reads of the epochs ahead as they come
+    /// (of an endless epoch, the reads ahead in it only).
     pub(crate) fn plans(
         &self,
         start: SamplerState,
     ) -> impl Iterator<Item = BatchPlan> + Send + use<> {
         let planner = self.clone();
         let end = self.epochs.unwrap_or(u64::MAX);
+        let endless = matches!(self.epoch_positions(start.epoch), Ok(None));
         if let Some(cache) = &self.cache {
             cache.forget_plan();
-            for epoch in (start.epoch..end).take(1 + CACHE_HORIZON as usize) {
+            let ahead = if endless { 0 } else { CACHE_HORIZON as usize };
+            for epoch in (start.epoch..end).take(1 + ahead) {
                 let from = if epoch == start.epoch {
                     start.position
                 } else {
@@ -566,16 +621,18 @@ impl Planner {
             } else {
                 0
             };
-            Chunked::new(planner.dataset.clone(), planner.cuts(epoch, from))
+            planner.chunked(epoch, from)
         })
     }
 
-    /// Tell `cache` this rank's reads of `epoch` from `from`, as the engine makes them: an
-    /// item each, or a chunk once per run of its items.
+    /// Tell `cache` this rank's reads of `epoch` from `from` (at most [`ANNOUNCE_CAP`]), as
+    /// the engine makes them: an item each, or a chunk once per run of its items.
     fn announce(&self, cache: &Cache, epoch: u64, from: u64) {
         let mut reads: Vec<(Arc<str>, Option<std::ops::Range<u64>>)> = Vec::new();
         let mut open: HashMap<(Arc<str>, u64, u64), ()> = HashMap::new();
-        for plan in Chunked::new(self.dataset.clone(), self.cuts(epoch, from)) {
+        let mut looked = 0usize;
+        for plan in self.chunked(epoch, from) {
+            looked += plan.items.len();
             for item in plan.items {
                 match &item.chunk {
                     Some(chunk) => {
@@ -590,7 +647,7 @@ impl Planner {
                     None => reads.push((Arc::clone(&item.key), item.range.clone())),
                 }
             }
-            if reads.len() >= ANNOUNCE_CAP {
+            if looked >= ANNOUNCE_CAP {
                 break;
             }
         }
@@ -598,154 +655,87 @@ impl Planner {
     }
 }
 
-/// The segment a run continues in when it resumes `state` (saved as `saved`) under the
-/// order stamped `current`: from the state's position, each current source going on from
-/// the reads of the saved source it is (the first not yet taken, if it appears twice), a
-/// new one from 0.
-fn next_segment(
-    saved: &OrderStamp,
-    state: &LoaderState,
-    current: &OrderStamp,
-    unit: u64,
-) -> Segment {
-    let (Some(s), Some(c)) = (&saved.mixture, &current.mixture) else {
-        return Segment::first(0, unit);
+/// How one source's samples are arranged: where they start in the source, how many, their
+/// kind of order, whether this rank reads them by chunks, and the arrangement as a stamp
+/// states it (a resume requires it the same).
+struct Arranged {
+    offset: usize,
+    len: usize,
+    kind: SourceKind,
+    chunked: bool,
+    text: String,
+}
+
+fn arrange(data: &Dataset, options: &LoaderOptions) -> Arranged {
+    let sharded = !data.shards().is_empty();
+    let order = if options.shuffle {
+        "shuffled"
+    } else {
+        "in order"
     };
-    let mut taken = vec![false; s.sources.len()];
-    let bases = c
-        .sources
-        .iter()
-        .map(|source| {
-            let found = s
-                .sources
-                .iter()
-                .enumerate()
-                .position(|(i, old)| !taken[i] && old.same_source(source));
-            match found {
-                Some(i) => {
-                    taken[i] = true;
-                    s.cursors.get(i).copied().unwrap_or(0)
-                }
-                None => 0,
-            }
-        })
-        .collect();
-    Segment {
-        number: s.segment.number.saturating_add(1),
-        epoch: state.epoch,
-        start: state.position,
-        stream_start: if c.stop.carries_across_epochs() {
-            s.stream
+    if let Some(range) = &options.subset {
+        return Arranged {
+            offset: range.start,
+            len: range.len(),
+            kind: if options.shuffle {
+                SourceKind::Shuffled
+            } else {
+                SourceKind::Sequential
+            },
+            chunked: false,
+            text: format!("subset {}..{} {order}", range.start, range.end),
+        };
+    }
+    if options.shuffle && sharded && options.shard_order == ShardOrder::Local {
+        let shards: Vec<Vec<std::ops::Range<usize>>> =
+            data.shards().iter().map(|s| s.chunks.clone()).collect();
+        let chunks = shards.iter().map(Vec::len).sum::<usize>().max(1);
+        let window = options
+            .shuffle_buffer
+            .unwrap_or_else(|| (DEFAULT_WINDOW_CHUNKS * data.len()).div_ceil(chunks))
+            .max(1);
+        // The chunks are part of the order: shards indexed with another chunk size are read
+        // in another order.
+        let mut layout = xxhash_rust::xxh3::Xxh3::new();
+        for c in shards.iter().flatten() {
+            layout.update(&(c.start as u64).to_le_bytes());
+            layout.update(&(c.end as u64).to_le_bytes());
+        }
+        let text = format!(
+            "shard_local(lanes={}, window={window}, chunks={chunks}/{:016x})",
+            options.lanes,
+            layout.digest()
+        );
+        return Arranged {
+            offset: 0,
+            len: data.len(),
+            kind: SourceKind::ShardLocal {
+                shards: shards.into(),
+                lanes: options.lanes,
+                window,
+            },
+            chunked: true,
+            text,
+        };
+    }
+    Arranged {
+        offset: 0,
+        len: data.len(),
+        kind: if options.shuffle {
+            SourceKind::Shuffled
         } else {
-            state.position
+            SourceKind::Sequential
         },
-        bases,
-        unit,
+        chunked: !options.shuffle && sharded,
+        text: order.into(),
     }
 }
 
-/// The engine's plans of one epoch's cuts: each read that may use its chunk does when this
-/// rank reads at least half of the chunk's samples in the reads ahead (else it is read
-/// alone, as a ranged request the engine may coalesce), and the last read of a chunk in
-/// the reads ahead lets it go.
-struct Chunked {
-    dataset: Dataset,
-    cuts: Box<dyn Iterator<Item = Cut> + Send>,
-    ahead: std::collections::VecDeque<Cut>,
-    /// Reads of each chunk among the cuts ahead.
-    counts: HashMap<u32, usize>,
-    buffered: usize,
-    /// Open chunks, and whether each is read whole.
-    open: HashMap<u32, bool>,
-    done: bool,
-}
-
-impl Chunked {
-    fn new(dataset: Dataset, cuts: Box<dyn Iterator<Item = Cut> + Send>) -> Self {
-        Self {
-            dataset,
-            cuts,
-            ahead: std::collections::VecDeque::new(),
-            counts: HashMap::new(),
-            buffered: 0,
-            open: HashMap::new(),
-            done: false,
-        }
-    }
-
-    /// Read cuts ahead until the front one has `CHUNK_HORIZON` reads after it, or the
-    /// epoch has no more.
-    fn fill(&mut self) {
-        while !self.done
-            && self.buffered < CHUNK_HORIZON + self.ahead.front().map_or(0, |c| c.reads.len())
-        {
-            match self.cuts.next() {
-                Some(cut) => {
-                    for read in &cut.reads {
-                        if read.chunkable
-                            && let Some((id, _)) = self.dataset.chunk(read.index)
-                        {
-                            *self.counts.entry(id).or_default() += 1;
-                        }
-                    }
-                    self.buffered += cut.reads.len();
-                    self.done = cut.last;
-                    self.ahead.push_back(cut);
-                }
-                None => self.done = true,
-            }
-        }
-    }
-}
-
-impl Iterator for Chunked {
-    type Item = BatchPlan;
-
-    fn next(&mut self) -> Option<BatchPlan> {
-        self.fill();
-        let cut = self.ahead.pop_front()?;
-        self.buffered -= cut.reads.len();
-        let items = cut
-            .reads
-            .iter()
-            .map(|read| {
-                let index = read.index;
-                // An index past the dataset reads as an invalid key, reported per item.
-                let mut item = self
-                    .dataset
-                    .get(index)
-                    .map(Item::to_work)
-                    .unwrap_or_default();
-                item.index = index as u64;
-                item.position = read.position;
-                if read.chunkable
-                    && let Some((id, range)) = self.dataset.chunk(index)
-                {
-                    let left = self.counts.get(&id).copied().unwrap_or(1);
-                    let whole = *self
-                        .open
-                        .entry(id)
-                        .or_insert_with(|| 2 * left >= self.dataset.chunk_samples(id));
-                    let left = left.saturating_sub(1);
-                    if left == 0 {
-                        self.counts.remove(&id);
-                        self.open.remove(&id);
-                    } else {
-                        self.counts.insert(id, left);
-                    }
-                    if whole {
-                        item.chunk = Some(Chunk {
-                            range,
-                            last_use: left == 0,
-                        });
-                    }
-                }
-                item
-            })
-            .collect::<Vec<WorkItem>>();
-        let mut plan = BatchPlan::new(cut.epoch, cut.start, items, cut.last);
-        plan.covers = cut.end - cut.start;
-        plan.padding = cut.padding;
-        Some(plan)
-    }
+/// The most samples a chunk of `data` holds.
+fn max_chunk_samples(data: &Dataset) -> usize {
+    data.shards()
+        .iter()
+        .flat_map(|s| s.chunks.iter().map(|c| c.len()))
+        .max()
+        .unwrap_or(1)
 }
