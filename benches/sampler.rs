@@ -96,6 +96,28 @@ fn global(c: &mut Criterion) {
                 .fold(0, |acc, d| acc ^ d.sample)
         })
     });
+    // The same without shards: permutations and an interleave only.
+    let flat = GlobalOrder::new(
+        vec![
+            SourceOrder::new(60_000_000, SourceKind::Shuffled, 1).expect("source"),
+            SourceOrder::new(30_000_000, SourceKind::Shuffled, 2).expect("source"),
+            SourceOrder::new(10_000_000, SourceKind::Sequential, 3).expect("source"),
+        ],
+        vec![6, 3, 1],
+        StopRule::AllExhausted,
+        7,
+    )
+    .expect("order");
+    group.bench_function("resume_at_1e7_of_a_1e8_mixture_without_shards", |b| {
+        b.iter(|| {
+            epoch += 1;
+            let order = flat.epoch(epoch).expect("epoch");
+            order
+                .draws(10_000_000)
+                .take(10)
+                .fold(0, |acc, d| acc ^ d.sample)
+        })
+    });
     let one = GlobalOrder::new(
         vec![SourceOrder::new(N as u64, SourceKind::Shuffled, 1).expect("source")],
         vec![1],

@@ -56,12 +56,17 @@ shards="s3://shards/shard-{000000..000015}.tar"
 
 for world in ${WORLDS:-8 3}; do
   echo "== GETs per image in the epoch, $world ranks, shard-local order, batch 64"
-  for build in before new; do
-    bin=$old; [ $build = new ] && bin=$new
+  # before: the per-rank order of $BEFORE; new: the global order, its lanes chosen for this
+  # world size (a run started on it); new-16: lanes 16, as a run started on 1-16 ranks keeps
+  # when it resumes on this world size.
+  for build in before new new-16; do
+    bin=$old; extra=()
+    [ $build != before ] && bin=$new
+    [ $build = new-16 ] && extra=(--set lanes=16)
     total_requests=0; total_images=0; per_rank=""
     for rank in $(seq 0 $((world - 1))); do
       out=$("$bin" run "$shards" "${opts[@]}" --shuffle --batch-size 64 --decode-threads 1 \
-        --set rank=$rank --set world_size=$world --json 2>/dev/null)
+        --set rank=$rank --set world_size=$world "${extra[@]}" --json 2>/dev/null)
       # The epoch's own requests: opening the dataset (sidecar indexes, heads) is left out.
       r=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["epochs"][0]["requests"])')
       i=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images"])')

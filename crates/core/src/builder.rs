@@ -258,12 +258,13 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
-    /// Lanes of a shard-local order (default 16): a world size that divides it gives each
-    /// rank lanes of its own, so each chunk is read by one rank; others read a chunk from
-    /// up to `W / gcd(W, lanes)` ranks. Part of the order: a state resumes only under the
-    /// same count.
+    /// Lanes of a shard-local order (default: 16 and the world size's least common multiple,
+    /// chosen when a run starts and kept in its state, so a resume on another world size
+    /// keeps them): a world size that divides them gives each rank lanes of its own, so each
+    /// chunk is read by one rank; others share chunks among ranks. Given here, they are part
+    /// of the order: a state of other lanes is refused.
     pub fn lanes(mut self, lanes: u32) -> Self {
-        self.options.lanes = lanes;
+        self.options.lanes = Some(lanes);
         self
     }
 

@@ -90,7 +90,9 @@ pub use source::{
 };
 pub use source::{store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
-pub use state::{CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp};
+pub use state::{
+    Arrangement, CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,
+};
 
 pub use loader_decoder::{self as decoder, DecodeOptions, Pipeline, Sample, SampleKey};
 pub use loader_sampler::{

@@ -21,7 +21,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use loader_sampler::{Batching, DEFAULT_LANES, StopRule};
+use loader_sampler::{Batching, StopRule};
 use loader_scheduler::{Config, ErrorPolicy, Fetch, Hedge, Order};
 use loader_storage::layer::{CacheConfig, CachePolicy, RetryConfig};
 
@@ -139,10 +139,10 @@ options_group! {
         epochs: Option<u64> = None,
         /// How shards are shuffled: `local` (few large GETs) or `global` (a GET per sample).
         shard_order: ShardOrder = ShardOrder::Local,
-        /// Samples shuffled together in each lane of a shard-local order (none: 4 chunks' worth).
+        /// Samples shuffled together in each lane of a shard-local order (none: 4 chunks' worth or more, set at a run's start and kept in its state).
         shuffle_buffer: Option<usize> = None,
-        /// Lanes of a shard-local order: a world size dividing it gives each rank lanes of its own.
-        lanes: u32 = DEFAULT_LANES,
+        /// Lanes of a shard-local order; a world size dividing it gives each rank lanes of its own (none: lcm(16, world size) at a run's start, kept in its state).
+        lanes: Option<u32> = None,
         /// This process's rank among `world_size`: it takes its share of each global batch.
         rank: usize = 0,
         /// Processes that share each global batch; 1 reads it all.
@@ -260,8 +260,10 @@ impl LoaderOptions {
         if self.batch_size == 0 {
             return Err(ConfigError::NoBatchSize);
         }
-        if self.lanes == 0 {
-            return Err(ConfigError::Option("lanes must be at least 1".into()));
+        if self.lanes == Some(0) {
+            return Err(ConfigError::Option(
+                "lanes must be at least 1 (none: chosen at the run's start)".into(),
+            ));
         }
         if self.shuffle_buffer == Some(0) {
             return Err(ConfigError::Option(

@@ -90,10 +90,63 @@ pub struct SourceStamp {
     pub hash: u64,
     /// Its whole-number weight in the mixture.
     pub weight: u64,
-    /// How it orders its own samples (`shard_local(lanes, window, chunks)`, `shuffled`,
-    /// `in order`, a subset's range): a source in a state and in the loader resuming it must
+    /// How it orders its own samples: a source in a state and in the loader resuming it must
     /// be arranged alike.
-    pub arrangement: String,
+    pub arrangement: Arrangement,
+}
+
+/// How a source orders its own samples, as a stamp records it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "order")]
+pub enum Arrangement {
+    /// Shard-local: its shards' chunks dealt into lanes, each shuffled within a window.
+    ShardLocal {
+        /// Lanes of the order.
+        lanes: u32,
+        /// Samples shuffled together in a lane.
+        window: u64,
+        /// Its chunks: how many, and a hash of their sample ranges.
+        chunks: String,
+    },
+    /// A new permutation every source-epoch.
+    Shuffled,
+    /// In index order.
+    InOrder,
+    /// A range of its indices, shuffled or in order.
+    Subset {
+        /// First index.
+        start: u64,
+        /// One past the last.
+        end: u64,
+        /// Whether shuffled.
+        shuffled: bool,
+    },
+}
+
+impl std::fmt::Display for Arrangement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Arrangement::ShardLocal {
+                lanes,
+                window,
+                chunks,
+            } => write!(
+                f,
+                "shard_local(lanes={lanes}, window={window}, chunks={chunks})"
+            ),
+            Arrangement::Shuffled => f.write_str("shuffled"),
+            Arrangement::InOrder => f.write_str("in order"),
+            Arrangement::Subset {
+                start,
+                end,
+                shuffled,
+            } => write!(
+                f,
+                "subset {start}..{end} {}",
+                if *shuffled { "shuffled" } else { "in order" }
+            ),
+        }
+    }
 }
 
 impl SourceStamp {
@@ -185,8 +238,8 @@ impl OrderStamp {
                     {
                         return differ(
                             "arrangement of a source's samples",
-                            old.arrangement.clone(),
-                            current.arrangement.clone(),
+                            old.arrangement.to_string(),
+                            current.arrangement.to_string(),
                         );
                     }
                 }

@@ -807,3 +807,91 @@ fn a_sampler_given_with_settings_of_the_loaders_own_order_is_refused() {
         .to_string();
     assert!(err.contains("lanes") && err.contains("sampler"), "{err}");
 }
+
+/// The lanes of the first source's arrangement in `state`.
+fn lanes_of(state: &LoaderState) -> Option<u32> {
+    match &state.order.as_ref()?.mixture.as_ref()?.sources[0].arrangement {
+        loader_core::Arrangement::ShardLocal { lanes, .. } => Some(*lanes),
+        _ => None,
+    }
+}
+
+// Lanes left to the loader are chosen for the world size a run starts on (16 and its least
+// common multiple) and kept in its state: a resume on another world size takes them from
+// the state and goes on exactly; lanes given that differ from the state's are refused.
+#[test]
+fn lanes_chosen_at_the_start_are_kept_across_world_sizes() {
+    within(Duration::from_secs(120), "lanes kept", || {
+        let dir = tempfile::tempdir().unwrap();
+        DatasetSpec::tiny(96, 2)
+            .write_shards(dir.path(), 4)
+            .unwrap();
+        let url = format!("{}/shard-{{000000..000003}}.tar", dir.path().display());
+        let (store, dataset) = WebDataset::new()
+            .cache_dir(None)
+            .chunk_bytes(6 * 2_000)
+            .load_url_blocking(&url, Vec::<(String, String)>::new())
+            .unwrap();
+        let rank = |r: usize, world: usize, batch: usize, lanes: Option<u32>| {
+            let mut b = DataLoader::builder(Arc::clone(&store), dataset.clone())
+                .batch_size(batch)
+                .shuffle(true)
+                .seed(4)
+                .distributed(r, world)
+                .decode_threads(1);
+            if let Some(l) = lanes {
+                b = b.lanes(l);
+            }
+            b.map(
+                |_: Bytes, i: &SampleInfo| Ok(i.index),
+                |raw: RawBatch<u64>| {
+                    let real = raw.samples.len() - raw.padding;
+                    Ok(raw.samples[..real]
+                        .iter()
+                        .map(|(i, _)| i.position)
+                        .collect::<Vec<_>>())
+                },
+            )
+            .build()
+            .unwrap()
+        };
+        let mut positions: Vec<u64> = Vec::new();
+        let mut three: Vec<_> = (0..3).map(|r| rank(r, 3, 4, None)).collect();
+        for _ in 0..3 {
+            for l in &mut three {
+                positions.extend(l.next().unwrap().unwrap());
+            }
+        }
+        let state = three[0].state().unwrap();
+        assert_eq!(
+            lanes_of(&state),
+            Some(48),
+            "16 and 3's least common multiple"
+        );
+        // Two ranks would choose 16; resuming, they take the state's 48.
+        let mut two: Vec<_> = (0..2).map(|r| rank(r, 2, 5, None)).collect();
+        for l in &mut two {
+            l.resume(state.clone()).unwrap();
+            assert_eq!(lanes_of(&l.state().unwrap()), Some(48));
+        }
+        for l in &mut two {
+            for b in l.by_ref() {
+                positions.extend(b.unwrap());
+            }
+        }
+        positions.sort_unstable();
+        assert_eq!(
+            positions,
+            (0..96).collect::<Vec<_>>(),
+            "every position once"
+        );
+        let err = rank(0, 2, 5, Some(16))
+            .resume(state)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("arrangement") && err.contains("lanes=48"),
+            "{err}"
+        );
+    });
+}

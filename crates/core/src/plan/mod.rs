@@ -17,8 +17,8 @@ use crate::error::{ConfigError, StateError};
 use crate::options::{LoaderOptions, MixtureOptions, ShardOrder};
 use crate::source::Source;
 use crate::state::{
-    CustomStamp, Fit, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,
-    check_position, dataset_hash, next_segment,
+    Arrangement, CustomStamp, Fit, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp,
+    SourceStamp, check_position, dataset_hash, next_segment,
 };
 use crate::{Dataset, Result};
 
@@ -45,6 +45,37 @@ const ANNOUNCE_CAP: usize = 1 << 22;
 
 /// Epoch orders kept built (the engine's epoch, the one ahead it announces, a checkpoint's).
 const EPOCHS_KEPT: usize = 4;
+
+/// Lanes of a shard-local order a run starts with when none are given: a multiple of 16 and
+/// of its world size, so each of its ranks (and those of world sizes dividing it) reads
+/// lanes of its own.
+fn auto_lanes(world: usize) -> u32 {
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let w = world.max(1) as u64;
+    let lcm = 16 / gcd(16, w) * w;
+    u32::try_from(lcm.min(1 << 16)).unwrap_or(1 << 16)
+}
+
+/// A lane's window when none is given, in chunks: 4, or more when a rank of the starting
+/// world size reads few lanes, so that it mixes about 8 chunks at once (what one reader
+/// mixed before lanes).
+fn auto_window_chunks(world: usize, lanes: u32) -> usize {
+    let lanes_per_rank = (lanes as usize / world.max(1)).max(1);
+    DEFAULT_WINDOW_CHUNKS.max(8usize.div_ceil(lanes_per_rank))
+}
+
+/// Lanes and windows a resumed run takes from its state rather than choosing them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Kept {
+    lanes: Option<u32>,
+    /// Each source's window, where the state says it.
+    windows: Vec<Option<usize>>,
+}
 
 /// One source as the planner reads it: where its samples start in the loader's dataset, and
 /// whether this rank reads them by chunks.
@@ -82,6 +113,10 @@ fn unit(batching: Batching, stripe: &Stripe) -> u64 {
 #[derive(Clone)]
 pub(crate) struct Planner {
     pub(crate) dataset: Dataset,
+    /// The sources and options it was made of, to make it again with the lanes and windows
+    /// of a state it resumes.
+    inputs: Arc<[Source]>,
+    options: Arc<LoaderOptions>,
     sources: Arc<[PlanSource]>,
     /// Where each source's samples start in `dataset`.
     offsets: Arc<[usize]>,
@@ -126,7 +161,7 @@ impl Planner {
         }
         let planner = match custom {
             Some(sampler) => Self::custom(sources, dataset, options, sampler)?,
-            None => Self::global(sources, dataset, offsets, options)?,
+            None => Self::global(sources, dataset, offsets, options, &Kept::default())?,
         };
         planner.check_has_a_batch()?;
         Ok(planner)
@@ -180,6 +215,8 @@ impl Planner {
         };
         Ok(Self {
             dataset,
+            inputs: sources.into(),
+            options: Arc::new(options.clone()),
             sources: Arc::from(vec![PlanSource {
                 offset: 0,
                 chunked: false,
@@ -196,12 +233,14 @@ impl Planner {
         })
     }
 
-    /// The loader's global order over `sources`.
+    /// The loader's global order over `sources`, with the lanes and windows `kept` from a
+    /// state where the options leave them to the loader.
     fn global(
         sources: &[Source],
         dataset: Dataset,
         offsets: &[usize],
         options: &LoaderOptions,
+        kept: &Kept,
     ) -> Result<Self> {
         let (world, seed) = (options.world_size.max(1), options.seed);
         if options.rank >= world {
@@ -228,12 +267,22 @@ impl Planner {
             let repeat = seen.entry(hash).or_default();
             let identity = hash ^ repeat.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             *repeat += 1;
-            let arranged = arrange(data, options);
+            let lanes = kept
+                .lanes
+                .or(options.lanes)
+                .unwrap_or_else(|| auto_lanes(world));
+            let window = kept
+                .windows
+                .get(s)
+                .copied()
+                .flatten()
+                .or(options.shuffle_buffer);
+            let arranged = arrange(data, options, lanes, window, world);
             stamps.push(SourceStamp {
                 samples: data.len() as u64,
                 hash,
                 weight: weights[s],
-                arrangement: arranged.text,
+                arrangement: arranged.stamp,
             });
             // Reads a rank makes while one chunk of this source is open: its lane's window
             // and the chunk, among the other lanes and sources, over the ranks.
@@ -257,14 +306,18 @@ impl Planner {
                 identity,
             )?);
         }
-        let lanes = options.lanes as usize;
+        let lanes = kept
+            .lanes
+            .or(options.lanes)
+            .unwrap_or_else(|| auto_lanes(world)) as usize;
         if world > 1 && !lanes.is_multiple_of(world) && plan_sources.iter().any(|s| s.chunked) {
             // Not an error: every sample is still read once; it costs requests.
             tracing::warn!(
                 "world size {world} does not divide the shard order's {lanes} lanes: ranks \
-                 share chunks, so shards are read with 2-10x the GETs (BENCHMARKS.md); set \
-                 lanes to a multiple of every world size this run will have (e.g. 48 for 3, 6, \
-                 12, 24 and 48 ranks) at its start"
+                 share chunks, so shards are read with 2-10x the GETs (BENCHMARKS.md); the \
+                 lanes were fixed when the run started; give a run lanes that every world \
+                 size it will have divides (e.g. 48 for 3, 6, 12, 24 and 48 ranks) at its \
+                 start"
             );
         }
         let stripe = Stripe {
@@ -291,6 +344,8 @@ impl Planner {
         };
         Ok(Self {
             dataset,
+            inputs: sources.into(),
+            options: Arc::new(options.clone()),
             sources: plan_sources.into(),
             offsets: offsets.into(),
             order: ReadOrder::Global {
@@ -447,7 +502,20 @@ impl Planner {
         check_position(state, None)?;
         let mut next = self.clone();
         if let Some(saved) = &state.order {
-            let fit = self.stamp.fit(saved)?;
+            // Lanes and windows the options leave to the loader are the run's: as its state
+            // says, whatever this world size would choose.
+            let kept = self.kept(saved);
+            if kept != Kept::default() {
+                next = Self::global(
+                    &self.inputs,
+                    self.dataset.clone(),
+                    &self.offsets,
+                    &self.options,
+                    &kept,
+                )?;
+                next.cache = self.cache.clone();
+            }
+            let fit = next.stamp.fit(saved)?;
             if let (
                 ReadOrder::Global {
                     order,
@@ -459,13 +527,14 @@ impl Planner {
             ) = (&mut next.order, fit)
             {
                 let unit = unit(*batching, stripe);
+                let current = next.stamp.clone();
                 let segment = match fit {
                     // The same mixture, cut into other global batches under per-stream
                     // batching: the interleave counts in the new ones from here on.
                     Fit::Same(segment) if segment.unit == unit => segment,
-                    Fit::Same(_) => next_segment(saved, state, &self.stamp, unit),
+                    Fit::Same(_) => next_segment(saved, state, &current, unit),
                     Fit::Changed { .. } if self.new_segment => {
-                        next_segment(saved, state, &self.stamp, unit)
+                        next_segment(saved, state, &current, unit)
                     }
                     Fit::Changed {
                         what,
@@ -487,6 +556,49 @@ impl Planner {
         check_position(state, next.epoch_positions(state.epoch)?)?;
         *self = next;
         Ok(())
+    }
+
+    /// The lanes and windows of `saved` this loader takes on: those the options leave to the
+    /// loader, of each source in both arranged in lanes over the same chunks, where they
+    /// differ from this loader's own.
+    fn kept(&self, saved: &OrderStamp) -> Kept {
+        let (Some(old), Some(own)) = (&saved.mixture, &self.stamp.mixture) else {
+            return Kept::default();
+        };
+        let mut kept = Kept {
+            lanes: None,
+            windows: vec![None; own.sources.len()],
+        };
+        for (i, current) in own.sources.iter().enumerate() {
+            let Some(found) = old.sources.iter().find(|o| o.same_source(current)) else {
+                continue;
+            };
+            if let (
+                Arrangement::ShardLocal {
+                    lanes,
+                    window,
+                    chunks,
+                },
+                Arrangement::ShardLocal {
+                    lanes: own_lanes,
+                    window: own_window,
+                    chunks: own_chunks,
+                },
+            ) = (&found.arrangement, &current.arrangement)
+                && chunks == own_chunks
+            {
+                if self.options.lanes.is_none() && lanes != own_lanes {
+                    kept.lanes = Some(*lanes);
+                }
+                if self.options.shuffle_buffer.is_none() && window != own_window {
+                    kept.windows[i] = usize::try_from(*window).ok();
+                }
+            }
+        }
+        if kept.lanes.is_none() && kept.windows.iter().all(Option::is_none) {
+            return Kept::default();
+        }
+        kept
     }
 
     /// The source of dataset index `index`, and its index within that source.
@@ -657,42 +769,49 @@ impl Planner {
 
 /// How one source's samples are arranged: where they start in the source, how many, their
 /// kind of order, whether this rank reads them by chunks, and the arrangement as a stamp
-/// states it (a resume requires it the same).
+/// records it (a resume requires it the same).
 struct Arranged {
     offset: usize,
     len: usize,
     kind: SourceKind,
     chunked: bool,
-    text: String,
+    stamp: Arrangement,
 }
 
-fn arrange(data: &Dataset, options: &LoaderOptions) -> Arranged {
+/// How `data` is arranged under `options`, in `lanes` with `window` samples shuffled together
+/// (none: chosen for `world` ranks) when its shards are read shard-local.
+fn arrange(
+    data: &Dataset,
+    options: &LoaderOptions,
+    lanes: u32,
+    window: Option<usize>,
+    world: usize,
+) -> Arranged {
     let sharded = !data.shards().is_empty();
-    let order = if options.shuffle {
-        "shuffled"
+    let (kind, stamp) = if options.shuffle {
+        (SourceKind::Shuffled, Arrangement::Shuffled)
     } else {
-        "in order"
+        (SourceKind::Sequential, Arrangement::InOrder)
     };
     if let Some(range) = &options.subset {
         return Arranged {
             offset: range.start,
             len: range.len(),
-            kind: if options.shuffle {
-                SourceKind::Shuffled
-            } else {
-                SourceKind::Sequential
-            },
+            kind,
             chunked: false,
-            text: format!("subset {}..{} {order}", range.start, range.end),
+            stamp: Arrangement::Subset {
+                start: range.start as u64,
+                end: range.end as u64,
+                shuffled: options.shuffle,
+            },
         };
     }
     if options.shuffle && sharded && options.shard_order == ShardOrder::Local {
         let shards: Vec<Vec<std::ops::Range<usize>>> =
             data.shards().iter().map(|s| s.chunks.clone()).collect();
         let chunks = shards.iter().map(Vec::len).sum::<usize>().max(1);
-        let window = options
-            .shuffle_buffer
-            .unwrap_or_else(|| (DEFAULT_WINDOW_CHUNKS * data.len()).div_ceil(chunks))
+        let window = window
+            .unwrap_or_else(|| (auto_window_chunks(world, lanes) * data.len()).div_ceil(chunks))
             .max(1);
         // The chunks are part of the order: shards indexed with another chunk size are read
         // in another order.
@@ -701,33 +820,28 @@ fn arrange(data: &Dataset, options: &LoaderOptions) -> Arranged {
             layout.update(&(c.start as u64).to_le_bytes());
             layout.update(&(c.end as u64).to_le_bytes());
         }
-        let text = format!(
-            "shard_local(lanes={}, window={window}, chunks={chunks}/{:016x})",
-            options.lanes,
-            layout.digest()
-        );
         return Arranged {
             offset: 0,
             len: data.len(),
             kind: SourceKind::ShardLocal {
                 shards: shards.into(),
-                lanes: options.lanes,
+                lanes,
                 window,
             },
             chunked: true,
-            text,
+            stamp: Arrangement::ShardLocal {
+                lanes,
+                window: window as u64,
+                chunks: format!("{chunks}/{:016x}", layout.digest()),
+            },
         };
     }
     Arranged {
         offset: 0,
         len: data.len(),
-        kind: if options.shuffle {
-            SourceKind::Shuffled
-        } else {
-            SourceKind::Sequential
-        },
+        kind,
         chunked: !options.shuffle && sharded,
-        text: order.into(),
+        stamp,
     }
 }
 

@@ -598,10 +598,12 @@ class DataLoader:
             starting a new segment at its position: each dataset in both continues where it
             stood (nothing lost or repeated), a new one starts at its first sample. Without
             it such a state is refused, naming what changed.
-        lanes: pieces the shard order is dealt into (default 16): a world size that divides
-            it gives each rank lanes of its own, so each shard chunk is read by one rank;
-            part of the order, so keep it across resumes (set it to your largest world size
-            when that is above 16 or does not divide 16).
+        lanes: pieces the shard order is dealt into (default: 16 and the starting world
+            size's least common multiple, chosen when a run starts and kept in its
+            ``state_dict``, so a resume on another world size keeps them): a world size that
+            divides them gives each rank lanes of its own, so each shard chunk is read by one
+            rank. Give a number that every world size of the run divides when it will change
+            (e.g. 48 for 3, 6, 12, 24 or 48 ranks); lanes given are part of the order.
         batch_size: samples per batch.
         shuffle: a new order every epoch (for shards: shards shuffled, samples shuffled
             within a buffer, few large GETs; see ``shard_order``).
@@ -729,7 +731,7 @@ class DataLoader:
         stop: str | int = "first_exhausted",
         batching: Literal["mixed", "per_stream"] = "mixed",
         new_segment: bool = False,
-        lanes: int = 16,
+        lanes: int | None = None,
         seed: int = 0,
         drop_last: bool = False,
         transform: Transform = None,
