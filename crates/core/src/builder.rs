@@ -217,7 +217,9 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
-    /// Samples shuffled together in shard-local order (default: 8 chunks' worth).
+    /// Samples shuffled together in each lane of the shard-local order (default: 4 chunks'
+    /// worth, or more when a rank of the starting world size reads fewer than 2 lanes, so
+    /// that it mixes about 8 chunks; chosen when a run starts and kept in its state).
     pub fn shuffle_buffer(mut self, samples: usize) -> Self {
         self.options.shuffle_buffer = Some(samples);
         self
@@ -227,7 +229,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// `K + b·G .. K + (b+1)·G` of the epoch's order (`G` = `world_size` × `batch_size`, `K`
     /// where the run started), and rank `r` takes `batch_size` of them, as PyTorch's
     /// DistributedSampler gives rank `r` the indices `r, r + W, ...`; shards' lanes stay
-    /// with one rank. The order does not depend on the world size, so a state saved on one
+    /// with one rank. The order does not depend on the world size (a shard order's lanes and
+    /// windows, chosen when the run starts, are kept in its state), so a state saved on one
     /// resumes on any other. An epoch's last global batch is shared out evenly (batches
     /// differ by at most one sample); a rank left without a sample repeats one
     /// ([`Batch::padding`]), so every rank takes as many steps.

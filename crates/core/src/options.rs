@@ -139,7 +139,7 @@ options_group! {
         epochs: Option<u64> = None,
         /// How shards are shuffled: `local` (few large GETs) or `global` (a GET per sample).
         shard_order: ShardOrder = ShardOrder::Local,
-        /// Samples shuffled together in each lane of a shard-local order (none: 4 chunks' worth or more, set at a run's start and kept in its state).
+        /// Samples shuffled together in each lane of a shard-local order (none: 4 chunks' worth, more if a starting rank reads under 2 lanes; kept in the run's state).
         shuffle_buffer: Option<usize> = None,
         /// Lanes of a shard-local order; a world size dividing it gives each rank lanes of its own (none: lcm(16, world size) at a run's start, kept in its state).
         lanes: Option<u32> = None,
@@ -267,7 +267,7 @@ impl LoaderOptions {
         }
         if self.shuffle_buffer == Some(0) {
             return Err(ConfigError::Option(
-                "shuffle_buffer must be at least 1 sample (none: 4 chunks' worth)".into(),
+                "shuffle_buffer must be at least 1 sample (none: chosen at the run's start)".into(),
             ));
         }
         if let Some(timeout) = self.storage.request_timeout

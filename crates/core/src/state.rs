@@ -32,7 +32,10 @@ pub struct LoaderState {
 }
 
 impl LoaderState {
-    /// A state at `position` of `epoch`, without a stamp (not checked on resume).
+    /// A state at `position` of `epoch`, without a stamp: not checked on resume, it names a
+    /// position of the resuming loader's own order. A shard order whose lanes are left to
+    /// the loader chooses them by the world size a run starts on; only a stamped state carries
+    /// them to another world size.
     pub fn at(epoch: u64, position: u64) -> Self {
         Self {
             epoch,

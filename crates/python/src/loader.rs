@@ -2,7 +2,7 @@
 //! GIL released and Ctrl-C checked between short waits.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -46,8 +46,9 @@ pub struct PyLoader {
     runtime: Option<tokio::runtime::Runtime>,
     backend: String,
     samples: usize,
-    /// Batches per epoch (`usize::MAX`: an endless epoch).
-    batches: usize,
+    /// Batches per epoch (`usize::MAX`: an endless epoch), kept here so that `len()` takes
+    /// no lock; a resume into another mixture changes it.
+    batches: AtomicUsize,
     /// This process's share: (rank, world size).
     ranks: (usize, usize),
     /// Threads of its decode pool (given, or the default share of the node's cores).
@@ -277,7 +278,7 @@ impl PyLoader {
             runtime: Some(runtime),
             backend,
             samples,
-            batches,
+            batches: AtomicUsize::new(batches),
             ranks: (rank, world_size),
             decode_threads,
             pid: std::process::id(),
@@ -368,16 +369,17 @@ impl PyLoader {
         }
     }
 
-    /// Batches per epoch (fixed when the loader is made, so asking takes no lock); an
-    /// endless epoch (`cycle_forever`) has no length.
+    /// Batches per epoch (kept beside the loader, so asking takes no lock; a resume into
+    /// another mixture updates it); an endless epoch (`cycle_forever`) has no length.
     fn __len__(&self) -> PyResult<usize> {
-        if self.batches == usize::MAX {
+        let batches = self.batches.load(Ordering::Acquire);
+        if batches == usize::MAX {
             return Err(pyo3::exceptions::PyTypeError::new_err(
                 "this loader's epoch is endless (stop='cycle_forever'), so it has no length; \
                  bound the loop yourself (Lightning: max_steps)",
             ));
         }
-        Ok(self.batches)
+        Ok(batches)
     }
 
     /// Samples in the dataset.
@@ -489,8 +491,11 @@ impl PyLoader {
             )
             .into_py(py));
         }
-        self.with(py, |l| l.resume(state))?
+        let batches = self
+            .with(py, |l| l.resume(state).map(|()| l.batches()))?
             .map_err(|e| errors::raise(&e, &self.backend))?;
+        // A new segment of other weights makes epochs of another length.
+        self.batches.store(batches, Ordering::Release);
         self.pinned.store(true, Ordering::Release);
         Ok(())
     }

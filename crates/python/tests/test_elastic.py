@@ -104,6 +104,9 @@ def test_another_mixture_needs_a_new_segment_and_continues_each_source(
     resumed = loader_ml.DataLoader(urls, weights=[1, 3], batch_size=4, shuffle=True, seed=5,
                                    stop="all_exhausted", new_segment=True)
     resumed.load_state_dict(state)
+    # Epochs of the new mixture are of its own length.
+    fresh = loader_ml.DataLoader(urls, weights=[1, 3], batch_size=4, stop="all_exhausted")
+    assert len(resumed) == len(fresh) != len(before)
     rest = reads(resumed)
     # Each source goes on where it stood: nothing of a permutation read twice.
     for source, size in ((0, 24), (1, 12)):

@@ -559,8 +559,9 @@ impl Planner {
     }
 
     /// The lanes and windows of `saved` this loader takes on: those the options leave to the
-    /// loader, of each source in both arranged in lanes over the same chunks, where they
-    /// differ from this loader's own.
+    /// loader, of each source in both arranged in lanes over the same chunks (all of them,
+    /// since a window left to the loader is chosen from the lanes); nothing when they are
+    /// what this loader already reads by.
     fn kept(&self, saved: &OrderStamp) -> Kept {
         let (Some(old), Some(own)) = (&saved.mixture, &self.stamp.mixture) else {
             return Kept::default();
@@ -569,6 +570,7 @@ impl Planner {
             lanes: None,
             windows: vec![None; own.sources.len()],
         };
+        let mut same = true;
         for (i, current) in own.sources.iter().enumerate() {
             let Some(found) = old.sources.iter().find(|o| o.same_source(current)) else {
                 continue;
@@ -587,15 +589,17 @@ impl Planner {
             ) = (&found.arrangement, &current.arrangement)
                 && chunks == own_chunks
             {
-                if self.options.lanes.is_none() && lanes != own_lanes {
+                if self.options.lanes.is_none() {
                     kept.lanes = Some(*lanes);
+                    same &= lanes == own_lanes;
                 }
-                if self.options.shuffle_buffer.is_none() && window != own_window {
+                if self.options.shuffle_buffer.is_none() {
                     kept.windows[i] = usize::try_from(*window).ok();
+                    same &= window == own_window;
                 }
             }
         }
-        if kept.lanes.is_none() && kept.windows.iter().all(Option::is_none) {
+        if same {
             return Kept::default();
         }
         kept

@@ -649,7 +649,8 @@ class DataLoader:
             ``K + (b+1)*G`` of the epoch's order (``G = world_size * batch_size``, ``K``
             where the run started) and each rank takes ``batch_size`` of them, as
             ``DistributedSampler`` gives rank ``r`` the indices ``r, r + W, ...``; the order
-            does not depend on the world size, so a ``state_dict`` resumes on any other.
+            does not depend on the world size (shards' lanes and windows, chosen when a run
+            starts, are kept in its state), so a ``state_dict`` resumes on any other.
             An epoch's last global batch is shared out evenly (batches differ by one
             sample at most; a rank left without a sample repeats one, ``batch.padding``).
             A loader made before ``init_process_group`` whose process group then disagrees
@@ -662,7 +663,8 @@ class DataLoader:
             stops the loader and is raised as it is.
         shard_order: ``"local"`` or ``"global"`` for shuffled shards.
         shuffle_buffer: samples shuffled together in each lane of the ``"local"`` shard
-            order (default: 4 chunks' worth).
+            order (default: 4 chunks' worth, or more when a rank of the starting world size
+            reads fewer than 2 lanes; chosen when a run starts and kept in its state).
         cache_dir: cache what is read in this directory, so later epochs and runs read
             local disk.
         cache_size: the cache directory's budget in bytes (default 16 GiB).

@@ -7,11 +7,13 @@ use super::permute::Permutation;
 use crate::SamplerError;
 use crate::rng::mix;
 
-/// Lanes of a shard-local order by default: world sizes that divide it (1, 2, 4, 8, 16) give
-/// each rank lanes of its own, so each chunk is read by one rank.
+/// The fewest lanes a loader gives a shard-local order (it takes 16 and the starting world
+/// size's least common multiple): world sizes that divide them give each rank lanes of its
+/// own, so each chunk is read by one rank.
 pub const DEFAULT_LANES: u32 = 16;
-/// A lane's shuffle window by default, in chunks' worth of samples: each rank of `W` reads
-/// `16 / W` lanes, so 8 ranks mix about 8 chunks each, as one reader used to alone.
+/// A lane's shuffle window, at least, in chunks' worth of samples: a rank reading 2 lanes
+/// mixes about 8 chunks, as one reader did before lanes (a loader gives a rank that reads one
+/// lane a window of 8).
 pub const DEFAULT_WINDOW_CHUNKS: usize = 4;
 
 /// How a source orders its samples.
