@@ -63,7 +63,7 @@ pub enum Strategy {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The library's warnings (a cache directory another process owns, a detached thread),
+    // The library's warnings (a cache write that failed, a detached thread),
     // which it reports through `tracing` rather than printing.
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)

@@ -377,6 +377,10 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
                 let cache = store.cache();
                 cache.learn(planner.dataset.objects().iter().cloned());
                 planner.cache = Some(cache);
+                // A directory is shared by the node's ranks (memory is this process's own).
+                if options.cache.dir.is_some() {
+                    planner.node = crate::options::node_ranks(&options)?;
+                }
                 Arc::new(store) as DynStorage
             }
             None => storage,

@@ -224,6 +224,10 @@ options_group! {
         policy: CachePolicy = CachePolicy::Future,
         /// Bytes of the unit in which ranged reads are cached.
         block: u64 = CacheConfig::default().block_bytes,
+        /// Ranks of this node sharing the directory: the cache keeps by all their reads (none: LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE, else 1).
+        node_ranks: Option<usize> = None,
+        /// This process's place among the node's ranks (none: LOCAL_RANK or SLURM_LOCALID, else rank modulo node_ranks).
+        local_rank: Option<usize> = None,
     }
 }
 
@@ -430,6 +434,49 @@ fn threads_per_rank(cores: usize, get: impl Fn(&str) -> Option<String>) -> usize
     (cores / ranks).max(1)
 }
 
+/// Ranks whose reads the disk cache is told: those of this process's node (torchrun's
+/// `LOCAL_RANK`/`LOCAL_WORLD_SIZE`, SLURM's `SLURM_LOCALID`/`SLURM_NTASKS_PER_NODE`, or the
+/// options), consecutive ranks as both launchers number them, within the world.
+pub(crate) fn node_ranks(options: &LoaderOptions) -> Result<Range<usize>, ConfigError> {
+    node_ranks_from(options, |name| std::env::var(name).ok())
+}
+
+/// [`node_ranks`], reading the environment through `get`.
+fn node_ranks_from(
+    options: &LoaderOptions,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Range<usize>, ConfigError> {
+    let number = |name: &str| {
+        get(name).and_then(|v| {
+            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<usize>().ok()
+        })
+    };
+    let (rank, world) = (options.rank, options.world_size.max(1));
+    let ranks = options
+        .cache
+        .node_ranks
+        .or_else(|| number("LOCAL_WORLD_SIZE"))
+        .or_else(|| number("SLURM_NTASKS_PER_NODE"))
+        .unwrap_or(1)
+        .clamp(1, world);
+    let local = options
+        .cache
+        .local_rank
+        .or_else(|| number("LOCAL_RANK"))
+        .or_else(|| number("SLURM_LOCALID"))
+        .unwrap_or(rank % ranks);
+    if local >= ranks || local > rank {
+        return Err(ConfigError::Option(format!(
+            "cache.local_rank {local} does not fit rank {rank} on a node of {ranks} ranks \
+             (cache.node_ranks, LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE): set both, or \
+             neither to read them from the launcher"
+        )));
+    }
+    let first = rank - local;
+    Ok(first..(first + ranks).min(world))
+}
+
 impl OptionValue for ShardOrder {
     fn parse(text: &str) -> Result<Self, String> {
         match text.to_ascii_lowercase().as_str() {
@@ -613,6 +660,37 @@ mod tests {
             6
         );
         assert_eq!(threads_per_rank(16, env(&[("LOCAL_WORLD_SIZE", "x")])), 16);
+    }
+
+    #[test]
+    fn the_nodes_ranks_come_from_the_launcher_or_the_options() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let mut o = LoaderOptions {
+            rank: 5,
+            world_size: 16,
+            ..LoaderOptions::default()
+        };
+        assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 5..6);
+        let torchrun = env(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "1")]);
+        assert_eq!(node_ranks_from(&o, torchrun).unwrap(), 4..8);
+        let slurm = env(&[("SLURM_NTASKS_PER_NODE", "8(x2)"), ("SLURM_LOCALID", "5")]);
+        assert_eq!(node_ranks_from(&o, slurm).unwrap(), 0..8);
+        o.cache.node_ranks = Some(8);
+        assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 0..8);
+        o.cache.local_rank = Some(9);
+        assert!(node_ranks_from(&o, env(&[])).is_err());
+        // A node larger than the world holds the world.
+        o.world_size = 2;
+        o.rank = 1;
+        o.cache.local_rank = None;
+        assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 0..2);
     }
 
     #[test]

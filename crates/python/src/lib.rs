@@ -38,7 +38,7 @@ use pyo3::prelude::*;
 /// The extension module, `loader_ml._native`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // The library's warnings (a cache directory another process owns, a detached thread)
+    // The library's warnings (a cache write that failed, a detached thread)
     // on stderr, unless the embedding program installed a subscriber of its own.
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)

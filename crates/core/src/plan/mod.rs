@@ -4,6 +4,7 @@
 //! (the epochs ahead) are told.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use loader_sampler::{
@@ -127,6 +128,9 @@ pub(crate) struct Planner {
     epochs: Option<u64>,
     /// The cache between the engine and the store, told the upcoming reads.
     pub(crate) cache: Option<Cache>,
+    /// The ranks whose reads the cache is told: this one's node when its directory is
+    /// shared by the node (this rank alone otherwise).
+    pub(crate) node: Range<usize>,
     /// What the order is made of, for checkpoints (its segment and cursors aside).
     stamp: OrderStamp,
     /// Start a new segment when a state of another mixture is resumed.
@@ -227,6 +231,7 @@ impl Planner {
             drop_last: options.drop_last,
             epochs: options.epochs,
             cache: None,
+            node: options.rank..options.rank + 1,
             stamp,
             new_segment: false,
             horizon: CHUNK_HORIZON,
@@ -358,6 +363,7 @@ impl Planner {
             drop_last: options.drop_last,
             epochs: options.epochs,
             cache: None,
+            node: options.rank..options.rank + 1,
             stamp,
             new_segment: options.mixture.new_segment,
             horizon,
@@ -514,6 +520,7 @@ impl Planner {
                     &kept,
                 )?;
                 next.cache = self.cache.clone();
+                next.node = self.node.clone();
             }
             let fit = next.stamp.fit(saved)?;
             if let (
@@ -741,33 +748,73 @@ impl Planner {
         })
     }
 
-    /// Tell `cache` this rank's reads of `epoch` from `from` (at most [`ANNOUNCE_CAP`]), as
-    /// the engine makes them: an item each, or a chunk once per run of its items.
-    fn announce(&self, cache: &Cache, epoch: u64, from: u64) {
-        let mut reads: Vec<(Arc<str>, Option<std::ops::Range<u64>>)> = Vec::new();
-        let mut open: HashMap<(Arc<str>, u64, u64), ()> = HashMap::new();
-        let mut looked = 0usize;
-        for plan in self.chunked(epoch, from) {
-            looked += plan.items.len();
-            for item in plan.items {
-                match &item.chunk {
-                    Some(chunk) => {
-                        let id = (Arc::clone(&item.key), chunk.range.start, chunk.range.end);
-                        if open.insert(id.clone(), ()).is_none() {
-                            reads.push((Arc::clone(&item.key), Some(chunk.range.clone())));
-                        }
-                        if chunk.last_use {
-                            open.remove(&id);
-                        }
-                    }
-                    None => reads.push((Arc::clone(&item.key), item.range.clone())),
-                }
-            }
-            if looked >= ANNOUNCE_CAP {
-                break;
-            }
+    /// This rank's planner as rank `rank` of the same world would have it.
+    fn as_rank(&self, rank: usize) -> Planner {
+        let mut other = self.clone();
+        if let ReadOrder::Global { stripe, .. } = &mut other.order {
+            stripe.rank = rank;
         }
-        cache.announce(reads.iter().map(|(key, range)| (&**key, range.clone())));
+        other
+    }
+
+    /// Tell `cache` the reads of `epoch` from `from` of this rank and of the other ranks of
+    /// its node (at most [`ANNOUNCE_CAP`] in all), as the engines make them: an item each,
+    /// or a chunk once per run of its items; the node's ranks batch by batch, as they read
+    /// in step.
+    fn announce(&self, cache: &Cache, epoch: u64, from: u64) {
+        let own = match &self.order {
+            ReadOrder::Global { stripe, .. } => stripe.rank,
+            ReadOrder::Custom(_) => 0,
+        };
+        let ranks: Vec<usize> = match &self.order {
+            ReadOrder::Global { .. } if self.node.contains(&own) => self.node.clone().collect(),
+            _ => vec![own],
+        };
+        let mut plans: Vec<_> = ranks
+            .iter()
+            .map(|&rank| (rank, self.as_rank(rank).chunked(epoch, from)))
+            .collect();
+        let mut reads: Vec<(Arc<str>, Option<Range<u64>>, bool)> = Vec::new();
+        let mut open: HashMap<(usize, Arc<str>, u64, u64), ()> = HashMap::new();
+        let mut looked = 0usize;
+        while looked < ANNOUNCE_CAP && !plans.is_empty() {
+            plans.retain_mut(|(rank, plans)| {
+                let Some(plan) = plans.next() else {
+                    return false;
+                };
+                let (rank, here) = (*rank, *rank == own);
+                looked += plan.items.len();
+                for item in plan.items {
+                    match &item.chunk {
+                        Some(chunk) => {
+                            let id = (
+                                rank,
+                                Arc::clone(&item.key),
+                                chunk.range.start,
+                                chunk.range.end,
+                            );
+                            if open.insert(id.clone(), ()).is_none() {
+                                reads.push((
+                                    Arc::clone(&item.key),
+                                    Some(chunk.range.clone()),
+                                    here,
+                                ));
+                            }
+                            if chunk.last_use {
+                                open.remove(&id);
+                            }
+                        }
+                        None => reads.push((Arc::clone(&item.key), item.range.clone(), here)),
+                    }
+                }
+                true
+            });
+        }
+        cache.announce_node(
+            reads
+                .iter()
+                .map(|(key, range, here)| (&**key, range.clone(), *here)),
+        );
     }
 }
 

@@ -1,130 +1,157 @@
-//! The cache directory: entry files, the lock that makes one process its owner, the scan
-//! that starts a run warm, and the one writer thread that keeps the disk within budget.
+//! The cache directory's files: entry files, the locks that tell live processes from dead
+//! ones, and the scan that starts a run warm. Any number of processes on the host read and
+//! write it at once; the ledger (`journal.rs`) keeps them within one budget.
 //!
-//! Layout: `lock`, `entries/<2 hex>/<32 hex>` (one file per entry, named by its id) and
-//! `tmp/` for files being written. A file is written whole under `tmp/` and renamed into
-//! place, so no reader ever opens a partly written entry; a crash leaves only `tmp/`
-//! files, which the next owner deletes.
+//! Layout: `lock` (held shared by every process using the directory; exclusively, for a
+//! moment, by one that finds itself alone and tidies up), `journal` and `journal.lock` (the
+//! ledger), `entries/<2 hex>/<32 hex>` (one file per entry, named by its id) and `tmp/`,
+//! where each process writes in a folder of its own beside a lock file it holds for life. A
+//! file is written whole under `tmp/` and renamed into place, so no reader ever opens a
+//! partly written entry; a killed process leaves only its `tmp/` folder, deleted by the next
+//! process that finds its lock free.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::entry::{EntryId, Origin, Unit, encode};
+use super::entry::EntryId;
+use super::journal::Journal;
 
-/// The cache directory of this process.
+/// How long a process waits for another that holds the directory to tidy it up.
+const TIDY_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The cache directory, as this process uses it.
 #[derive(Debug)]
 pub(crate) struct Disk {
     root: PathBuf,
     entries: PathBuf,
+    /// This process's folder under `tmp/`.
     tmp: PathBuf,
-    /// Held for the life of the process's cache when it owns the directory; the OS lets go
-    /// of it when the process dies, however it dies.
-    _lock: Option<File>,
+    /// Held shared for the life of the cache: a process that gets it exclusively is alone.
+    _users: File,
+    /// Held for the life of the cache: a process that gets it knows `tmp` is a dead one's.
+    _tmp_lock: File,
     serial: AtomicU64,
 }
 
 /// An entry file found when the directory was opened.
-pub(crate) struct Found {
-    pub id: EntryId,
-    pub len: u64,
-    pub modified: SystemTime,
+struct Found {
+    id: EntryId,
+    len: u64,
+    modified: SystemTime,
+}
+
+fn open_lock(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
 }
 
 impl Disk {
-    /// Open (creating) `root`. `Ok((disk, Some(found)))` when this process owns it, with the
-    /// entries a previous run left; `Ok((disk, None))` when another process does, so this
-    /// one only reads.
-    pub fn open(root: &Path) -> io::Result<(Disk, Option<Vec<Found>>)> {
+    /// Open (creating) `root` and its ledger. A process that finds itself the only one
+    /// using the directory deletes what killed writers left and writes the ledger anew from
+    /// the entry files there (oldest first), so a run starts warm whatever the last one did.
+    pub fn open(root: &Path) -> io::Result<(Disk, Journal)> {
         let entries = root.join("entries");
-        let tmp = root.join("tmp");
+        let tmp_root = root.join("tmp");
         fs::create_dir_all(&entries)?;
-        fs::create_dir_all(&tmp)?;
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(root.join("lock"))?;
-        let owner = match lock.try_lock() {
-            Ok(()) => true,
-            Err(fs::TryLockError::WouldBlock) => false,
+        fs::create_dir_all(&tmp_root)?;
+        let users = open_lock(&root.join("lock"))?;
+        let mut journal = Journal::open(root)?;
+        match users.try_lock() {
+            Ok(()) => {
+                for stale in fs::read_dir(&tmp_root)? {
+                    let path = stale?.path();
+                    let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+                }
+                let found = scan(&entries)?;
+                let Some(mut held) = journal.lock(TIDY_PATIENCE)? else {
+                    return Err(io::Error::other("the cache ledger stayed locked"));
+                };
+                held.rewrite(found.iter().map(|f| (f.id, f.len)))?;
+                drop(held);
+                // A handle that has read nothing yet, so that the caller follows it all.
+                journal = Journal::open(root)?;
+            }
+            Err(fs::TryLockError::WouldBlock) => {}
             Err(fs::TryLockError::Error(e)) => return Err(e),
-        };
-        if owner {
-            // Who owns it, for the message another process prints.
-            lock.set_len(0)?;
-            write!(&lock, "{}", std::process::id())?;
-        } else {
-            let pid = fs::read_to_string(root.join("lock")).unwrap_or_default();
-            tracing::warn!(
-                "the cache directory {} is in use by another process (pid {}): this one \
-                 reads its entries but writes none; give each process (rank) a directory of \
-                 its own to cache what it reads",
-                root.display(),
-                pid.trim()
-            );
         }
+        // Shared from now on, so others know this process is here (a conversion when it
+        // was exclusive). An exclusive holder is one tidying up, waited for a while: a loader
+        // of an older version held it for its whole run and would stop this one forever.
+        let deadline = Instant::now() + TIDY_PATIENCE;
+        loop {
+            match users.try_lock_shared() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    let pid = fs::read_to_string(root.join("lock")).unwrap_or_default();
+                    return Err(io::Error::other(format!(
+                        "another process (pid {}) holds the directory for itself, as loaders \
+                         before the shared cache did: give this one another directory",
+                        pid.trim()
+                    )));
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+        // Made once the lock is shared: a process tidying up deletes every folder of tmp/.
+        // The pid alone may come back (a container's pid 1 after a restart).
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("{}-{nanos:08x}", std::process::id());
+        let tmp = tmp_root.join(&name);
+        let tmp_lock = open_lock(&tmp_root.join(format!("{name}.lock")))?;
+        tmp_lock.lock()?;
+        fs::create_dir_all(&tmp)?;
         let disk = Disk {
             root: root.to_path_buf(),
             entries,
             tmp,
-            _lock: owner.then_some(lock),
+            _users: users,
+            _tmp_lock: tmp_lock,
             serial: AtomicU64::new(0),
         };
-        if !owner {
-            return Ok((disk, None));
+        disk.tidy();
+        Ok((disk, journal))
+    }
+
+    /// Delete the `tmp/` folders of processes that died (their lock files are free).
+    pub fn tidy(&self) {
+        let Some(tmp_root) = self.tmp.parent() else {
+            return;
+        };
+        let Ok(listing) = fs::read_dir(tmp_root) else {
+            return;
+        };
+        for item in listing.flatten() {
+            let path = item.path();
+            if path.extension().is_none_or(|e| e != "lock") || path.with_extension("") == self.tmp {
+                continue;
+            }
+            let Ok(lock) = OpenOptions::new().read(true).write(true).open(&path) else {
+                continue;
+            };
+            if lock.try_lock().is_ok() {
+                let _ = fs::remove_dir_all(path.with_extension(""));
+                let _ = fs::remove_file(&path);
+            }
         }
-        // Files a crashed writer left: never servable, never counted.
-        for stale in fs::read_dir(&disk.tmp)? {
-            let _ = fs::remove_file(stale?.path());
-        }
-        let found = disk.scan()?;
-        Ok((disk, Some(found)))
     }
 
     /// The directory, for messages.
     pub fn root(&self) -> &Path {
         &self.root
-    }
-
-    /// Whether this process owns the directory (writes and evicts).
-    pub fn owns(&self) -> bool {
-        self._lock.is_some()
-    }
-
-    fn scan(&self) -> io::Result<Vec<Found>> {
-        let mut found = Vec::new();
-        for fan in fs::read_dir(&self.entries)? {
-            let fan = fan?;
-            if !fan.file_type()?.is_dir() {
-                continue;
-            }
-            for file in fs::read_dir(fan.path())? {
-                let file = file?;
-                let name = file.file_name();
-                let Some(id) = name.to_str().and_then(|n| u128::from_str_radix(n, 16).ok()) else {
-                    continue;
-                };
-                let meta = file.metadata()?;
-                if !meta.is_file() {
-                    continue;
-                }
-                found.push(Found {
-                    id,
-                    len: meta.len(),
-                    modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                });
-            }
-        }
-        found.sort_by_key(|f| f.modified);
-        Ok(found)
     }
 
     /// Where entry `id` lives.
@@ -142,25 +169,42 @@ impl Disk {
         }
     }
 
-    /// Write an entry file: whole under `tmp/`, then renamed into place.
-    fn write(&self, id: EntryId, file: &[u8]) -> io::Result<()> {
+    /// Write an entry file whole under this process's `tmp/` folder, to be put in place by
+    /// [`place`](Self::place) or dropped by [`discard`](Self::discard).
+    pub fn stage(&self, id: EntryId, file: &[u8]) -> io::Result<PathBuf> {
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
-        let tmp = self
-            .tmp
-            .join(format!("{id:032x}.{}.{serial}", std::process::id()));
-        let written = (|| {
-            let mut out = File::create_new(&tmp)?;
-            out.write_all(file)?;
-            let path = self.path(id);
+        let tmp = self.tmp.join(format!("{id:032x}.{serial}"));
+        let written = File::create_new(&tmp).and_then(|mut out| out.write_all(file));
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(tmp)
+    }
+
+    /// Rename a staged file into place as entry `id`.
+    pub fn place(&self, staged: &Path, id: EntryId) -> io::Result<()> {
+        let path = self.path(id);
+        let placed = (|| {
             if let Some(fan) = path.parent() {
                 fs::create_dir_all(fan)?;
             }
-            fs::rename(&tmp, &path)
+            fs::rename(staged, &path)
         })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
+        if placed.is_err() {
+            self.discard(staged);
         }
-        written
+        placed
+    }
+
+    /// Drop a staged file.
+    pub fn discard(&self, staged: &Path) {
+        let _ = fs::remove_file(staged);
+    }
+
+    /// Whether entry `id`'s file is there.
+    pub fn exists(&self, id: EntryId) -> bool {
+        self.path(id).is_file()
     }
 
     /// Delete entry `id`'s file, if it is there.
@@ -169,84 +213,31 @@ impl Disk {
     }
 }
 
-/// What the writer thread does, in order: deletions made room for the writes queued after
-/// them, so the files on disk never exceed the budget.
-pub(crate) enum Job {
-    Write {
-        id: EntryId,
-        key: String,
-        unit: Unit,
-        origin: Origin,
-        payload: Bytes,
-    },
-    Delete(EntryId),
-    /// Answer once everything queued before is done.
-    Flush(mpsc::SyncSender<()>),
-}
-
-/// The owner's writer: one thread, so writes and deletions land in the order the budget
-/// was booked in, and the async runtime never waits on the disk.
-pub(crate) struct Writer {
-    jobs: Option<mpsc::Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Writer {
-    /// Start the thread; `done` hears how each write went.
-    pub fn start(
-        disk: std::sync::Arc<Disk>,
-        done: impl Fn(EntryId, u64, io::Result<()>) + Send + 'static,
-    ) -> io::Result<Writer> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("loader-cache-writer".into())
-            .spawn(move || {
-                for job in rx {
-                    match job {
-                        Job::Delete(id) => disk.delete(id),
-                        Job::Flush(done) => {
-                            let _ = done.send(());
-                        }
-                        Job::Write {
-                            id,
-                            key,
-                            unit,
-                            origin,
-                            payload,
-                        } => {
-                            let file = encode(&key, unit, &origin, &payload);
-                            done(id, payload.len() as u64, disk.write(id, &file));
-                        }
-                    }
-                }
-            })?;
-        Ok(Writer {
-            jobs: Some(tx),
-            thread: Some(thread),
-        })
-    }
-
-    /// Block until everything queued so far is on disk.
-    pub fn flush(&self) {
-        let (tx, rx) = mpsc::sync_channel(1);
-        if self.send(Job::Flush(tx)) {
-            let _ = rx.recv();
+/// The entry files under `entries`, oldest first.
+fn scan(entries: &Path) -> io::Result<Vec<Found>> {
+    let mut found = Vec::new();
+    for fan in fs::read_dir(entries)? {
+        let fan = fan?;
+        if !fan.file_type()?.is_dir() {
+            continue;
+        }
+        for file in fs::read_dir(fan.path())? {
+            let file = file?;
+            let name = file.file_name();
+            let Some(id) = name.to_str().and_then(|n| u128::from_str_radix(n, 16).ok()) else {
+                continue;
+            };
+            let meta = file.metadata()?;
+            if !meta.is_file() {
+                continue;
+            }
+            found.push(Found {
+                id,
+                len: meta.len(),
+                modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            });
         }
     }
-
-    /// Queue a job; false if the thread is gone.
-    pub fn send(&self, job: Job) -> bool {
-        self.jobs.as_ref().is_some_and(|tx| tx.send(job).is_ok())
-    }
-}
-
-impl Drop for Writer {
-    /// Finish what is queued, so the next run finds it: a process that ends right after
-    /// its last epoch still leaves a warm cache.
-    fn drop(&mut self) {
-        self.jobs.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    found.sort_by_key(|f| f.modified);
+    Ok(found)
 }

@@ -29,10 +29,14 @@ impl Unit {
     }
 }
 
-/// The id of `key`'s `unit`.
-pub(crate) fn entry_id(key: &str, unit: Unit) -> EntryId {
+/// The id of `key`'s `unit` in the store named `store` ([`Storage::name`](crate::Storage::name)):
+/// two stores with the same keys (buckets, prefixes, mounted datasets) sharing a directory
+/// keep entries of their own.
+pub(crate) fn entry_id(store: &str, key: &str, unit: Unit) -> EntryId {
     let (tag, n) = unit.tag();
-    let mut buf = Vec::with_capacity(key.len() + 10);
+    let mut buf = Vec::with_capacity(store.len() + key.len() + 11);
+    buf.extend_from_slice(store.as_bytes());
+    buf.push(0xfe);
     buf.extend_from_slice(key.as_bytes());
     // A byte no UTF-8 key holds, so `("a", 1)` and `("a\x01", ..)` cannot meet.
     buf.push(0xff);
@@ -258,6 +262,13 @@ mod tests {
         assert_eq!(blocks_of(&(3..5), 4), 0..2);
         assert_eq!(blocks_of(&(4..8), 4), 1..2);
         assert_eq!(blocks_of(&(5..5), 4), 0..0);
-        assert_ne!(entry_id("a", Unit::Whole), entry_id("a", Unit::Block(0)));
+        assert_ne!(
+            entry_id("s", "a", Unit::Whole),
+            entry_id("s", "a", Unit::Block(0))
+        );
+        assert_ne!(
+            entry_id("s", "a", Unit::Whole),
+            entry_id("t", "a", Unit::Whole)
+        );
     }
 }

@@ -15,9 +15,10 @@
 //! - **Single flight**: concurrent reads of one entry make one request.
 //! - **Crash-safe**: a file is written under `tmp/` and renamed into place, and carries a
 //!   checksum verified on every read; a corrupt or stale file is dropped and fetched again.
-//! - **Shared directories**: the first process to open a directory owns it (an OS file
-//!   lock, released when the process dies); others read its entries but neither write nor
-//!   evict, and keep their own memory tier.
+//! - **One directory per node**: any number of processes (the ranks of a node) read and
+//!   write one directory within one byte budget, agreed through a ledger changed under an
+//!   OS lock (see `journal.rs`); each keeps its own memory tier. Its disk holds at most the
+//!   budget plus the one file each process is writing.
 //! - **Eviction** by a [`CachePolicy`]; [`CachePolicy::Future`] is fed the upcoming reads
 //!   with [`Cache::announce`] (the `DataLoader` does it from its sampler's order).
 //! - **Disk trouble** (a full disk, a read-only directory) is reported once on stderr and
@@ -28,17 +29,20 @@
 
 mod disk;
 mod entry;
+mod journal;
 mod metrics;
 mod plan;
 mod policy;
+mod state;
 mod tier;
+mod writer;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -46,11 +50,12 @@ use futures::future::{self, BoxFuture, FutureExt};
 use futures::stream::{BoxStream, StreamExt};
 
 use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Served, Storage};
-use disk::{Disk, Job, Writer};
+use disk::Disk;
 use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id, file_len};
 use metrics::Counters;
-use plan::Plan;
-use tier::{Admission, Tier};
+use state::{State, TierStats, lock};
+use tier::Admission;
+use writer::{Job, Writer};
 
 pub use metrics::{CacheSnapshot, TierSnapshot};
 pub use policy::CachePolicy;
@@ -153,36 +158,6 @@ struct Flight {
     fetch: Fetch,
 }
 
-struct State {
-    plan: Plan,
-    memory: Tier<Bytes>,
-    memory_stats: TierStats,
-    disk: Tier<OnDisk>,
-    disk_stats: TierStats,
-    /// Objects as this run sees them.
-    known: HashMap<String, Origin>,
-    /// Objects whose ranged reads are not checked against their version: their store's
-    /// answers to GET name another version than its HEAD does for the same object.
-    unchecked: std::collections::HashSet<String>,
-    /// False for a process that does not own the directory, and after a failed write.
-    disk_writes: bool,
-    pending_write_bytes: u64,
-}
-
-#[derive(Default)]
-struct TierStats {
-    peak: u64,
-    evictions: u64,
-    rejected: u64,
-}
-
-/// A disk entry, written or still in the writer's queue (then its bytes are served from
-/// there).
-enum OnDisk {
-    Present,
-    Writing(Bytes),
-}
-
 /// `unit`'s bytes within a response that starts at byte `start` of the object.
 fn unit_in(response: &Bytes, start: u64, unit: Unit, block: u64) -> Bytes {
     match unit {
@@ -210,78 +185,44 @@ fn panicked(backend: &str, key: &str, panic: &(dyn std::any::Any + Send)) -> Err
     )
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl<S: Storage + 'static> CacheStore<S> {
-    /// Wrap `inner`. With a `dir`, opens it (creating it), takes ownership if no other
-    /// process holds it, deletes what a crashed writer left and starts warm with the
-    /// entries found (evicting, oldest first, what a smaller budget no longer holds).
+    /// Wrap `inner`. With a `dir`, opens it (creating it) beside the other processes that
+    /// use it; the first one there deletes what killed writers left and starts warm with the
+    /// entries found, each letting go (oldest first) of what its budget no longer holds.
     pub fn new(inner: S, config: CacheConfig) -> std::result::Result<Self, CacheError> {
         if config.block_bytes == 0 {
             return Err(CacheError::BlockSize);
         }
-        let mut state = State {
-            plan: Plan::default(),
-            memory: Tier::new(config.memory_bytes, config.policy),
-            memory_stats: TierStats::default(),
-            disk: Tier::new(0, config.policy),
-            disk_stats: TierStats::default(),
-            known: HashMap::new(),
-            unchecked: std::collections::HashSet::new(),
-            disk_writes: false,
-            pending_write_bytes: 0,
+        let disk_bytes = if config.dir.is_some() {
+            config.disk_bytes
+        } else {
+            0
         };
+        let state = Arc::new(Mutex::new(State::new(
+            config.memory_bytes,
+            disk_bytes,
+            config.policy,
+        )));
         let counters = Arc::new(Counters::default());
-        let mut disk = None;
+        let (mut disk, mut writer) = (None, None);
         if let Some(dir) = &config.dir {
             let failed = |source| CacheError::Dir {
                 dir: dir.clone(),
                 source,
             };
-            let (opened, found) = Disk::open(dir).map_err(failed)?;
+            let (opened, journal) = Disk::open(dir).map_err(failed)?;
             let opened = Arc::new(opened);
-            state.disk = Tier::new(config.disk_bytes, config.policy);
-            if let Some(found) = found {
-                state.disk_writes = true;
-                for f in found {
-                    match state
-                        .disk
-                        .admit(f.id, f.len, OnDisk::Present, &mut state.plan)
-                    {
-                        Admission::Taken(evicted) => {
-                            for (id, _) in evicted {
-                                opened.delete(id);
-                            }
-                        }
-                        Admission::Refused => opened.delete(f.id),
-                    }
-                }
-                state.disk_stats.peak = state.disk.used();
-            }
-            disk = Some(opened);
-        }
-        let state = Arc::new(Mutex::new(state));
-        let writer = match &disk {
-            Some(d) if d.owns() => {
-                let (state, counters, root) = (
+            writer = Some(
+                Writer::start(
+                    Arc::clone(&opened),
+                    journal,
                     Arc::clone(&state),
                     Arc::clone(&counters),
-                    d.root().to_owned(),
-                );
-                let done = move |id, payload, result: std::io::Result<()>| {
-                    wrote(&state, &counters, &root, id, payload, result);
-                };
-                Some(
-                    Writer::start(Arc::clone(d), done).map_err(|source| CacheError::Dir {
-                        dir: d.root().to_owned(),
-                        source,
-                    })?,
                 )
-            }
-            _ => None,
-        };
+                .map_err(failed)?,
+            );
+            disk = Some(opened);
+        }
         Ok(Self {
             cache: Cache {
                 shared: Arc::new(Shared {
@@ -307,38 +248,6 @@ impl<S> CacheStore<S> {
     }
 }
 
-/// The writer's report: a written entry is served from its file; a failed write turns the
-/// disk tier off for the rest of the run.
-fn wrote(
-    state: &Mutex<State>,
-    counters: &Counters,
-    root: &std::path::Path,
-    id: EntryId,
-    payload: u64,
-    result: std::io::Result<()>,
-) {
-    let mut state = lock(state);
-    state.pending_write_bytes = state.pending_write_bytes.saturating_sub(payload);
-    match result {
-        Ok(()) => {
-            if let Some(entry) = state.disk.peek_mut(id) {
-                *entry = OnDisk::Present;
-            }
-        }
-        Err(e) => {
-            state.disk.remove(id);
-            Counters::add(&counters.write_errors, 1);
-            if std::mem::replace(&mut state.disk_writes, false) {
-                tracing::warn!(
-                    "the cache could not write to {} ({e}); going on without adding to the \
-                     disk cache",
-                    root.display()
-                );
-            }
-        }
-    }
-}
-
 impl fmt::Debug for Cache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cache")
@@ -361,35 +270,51 @@ impl<S: fmt::Debug> fmt::Debug for CacheStore<S> {
 }
 
 impl Cache {
-    /// Announce the next reads, in order: `(key, None)` for a whole object, `(key,
-    /// Some(range))` for a range. [`CachePolicy::Future`] keeps what is needed soonest.
+    /// Announce this process's next reads, in order: `(key, None)` for a whole object,
+    /// `(key, Some(range))` for a range. [`CachePolicy::Future`] keeps what is needed soonest.
     pub fn announce<'a>(&self, reads: impl IntoIterator<Item = (&'a str, Option<Range<u64>>)>) {
-        let block = self.shared.block_bytes;
-        let ids = reads.into_iter().flat_map(|(key, range)| {
+        self.announce_node(reads.into_iter().map(|(key, range)| (key, range, true)));
+    }
+
+    /// Announce the next reads of every process that shares the cache's directory (the
+    /// ranks of a node), in the order the node makes them: `(key, range, here)`, `here`
+    /// when this process makes the read. The disk tier keeps by the node's reads, the
+    /// memory tier (this process's own) by this process's.
+    pub fn announce_node<'a>(
+        &self,
+        reads: impl IntoIterator<Item = (&'a str, Option<Range<u64>>, bool)>,
+    ) {
+        let (block, store) = (self.shared.block_bytes, self.shared.backend.as_str());
+        let ids = reads.into_iter().flat_map(|(key, range, here)| {
             let units: Box<dyn Iterator<Item = Unit>> = match range {
                 None => Box::new(std::iter::once(Unit::Whole)),
                 Some(range) => Box::new(blocks_of(&range, block).map(Unit::Block)),
             };
-            units.map(move |unit| entry_id(key, unit))
+            units.map(move |unit| (entry_id(store, key, unit), here))
         });
         // Hashed outside the lock and added a slice at a time: an epoch of a million reads
         // must not hold up the reads being served meanwhile.
         let mut ids = ids.peekable();
         while ids.peek().is_some() {
-            let slice: Vec<EntryId> = ids.by_ref().take(ANNOUNCE_SLICE).collect();
+            let slice: Vec<(EntryId, bool)> = ids.by_ref().take(ANNOUNCE_SLICE).collect();
             let mut state = lock(&self.shared.state);
             let state = &mut *state;
-            for id in slice {
-                state.plan.push(id);
-                state.memory.announced(id, &mut state.plan);
-                state.disk.announced(id, &mut state.plan);
+            for (id, here) in slice {
+                if here {
+                    state.plan.push(id);
+                    state.memory.announced(id, &mut state.plan);
+                }
+                state.node_plan.push(id);
+                state.disk.announced(id, &mut state.node_plan);
             }
         }
     }
 
     /// Forget the announced reads (the reader starts over from another position).
     pub fn forget_plan(&self) {
-        lock(&self.shared.state).plan.reset();
+        let mut state = lock(&self.shared.state);
+        state.plan.reset();
+        state.node_plan.reset();
     }
 
     /// What this run knows of these objects (from a listing or an index): entries made
@@ -498,7 +423,7 @@ impl Shared {
     fn look_up(&self, ids: &[EntryId]) -> Vec<Source> {
         let mut state = lock(&self.state);
         let state = &mut *state;
-        let disk_reader = self.disk.as_ref().is_some_and(|d| !d.owns());
+        let dir = self.disk.is_some();
         ids.iter()
             .map(|&id| {
                 state.plan.read(id);
@@ -506,16 +431,15 @@ impl Shared {
                     Counters::add(&self.counters.memory_hits, 1);
                     return Source::Have(bytes.clone());
                 }
-                match state.disk.read(id, &mut state.plan) {
-                    Some(OnDisk::Writing(bytes)) => {
-                        Counters::add(&self.counters.disk_hits, 1);
-                        Source::Have(bytes.clone())
-                    }
-                    Some(OnDisk::Present) => Source::Disk,
-                    // Another process owns the directory: its entries are found by name.
-                    None if disk_reader => Source::Disk,
-                    None => Source::Fetch,
+                // Told to the rule whoever wrote it; looked for by name even when the ledger
+                // was not followed since another process wrote it.
+                state.node_plan.read(id);
+                state.disk.read(id, &mut state.node_plan);
+                if let Some(bytes) = state.queued.get(&id) {
+                    Counters::add(&self.counters.disk_hits, 1);
+                    return Source::Have(bytes.clone());
                 }
+                if dir { Source::Disk } else { Source::Fetch }
             })
             .collect()
     }
@@ -530,10 +454,13 @@ impl Shared {
                 if let Some(bytes) = state.memory.peek_mut(id) {
                     return Source::Have(bytes.clone());
                 }
-                match state.disk.peek_mut(id) {
-                    Some(OnDisk::Writing(bytes)) => Source::Have(bytes.clone()),
-                    Some(OnDisk::Present) => Source::Disk,
-                    None => Source::Fetch,
+                if let Some(bytes) = state.queued.get(&id) {
+                    return Source::Have(bytes.clone());
+                }
+                if state.disk.contains(id) && self.disk.as_ref().is_some_and(|d| d.exists(id)) {
+                    Source::Disk
+                } else {
+                    Source::Fetch
                 }
             })
             .collect()
@@ -592,18 +519,17 @@ impl Shared {
             let mut state = lock(&self.state);
             for (id, counter) in dropped {
                 // Readers racing on one bad file each find it bad; the one that drops it
-                // counts it, so the counter counts files, not readers. An entry being
-                // written is the fetch that replaced it: neither dropped nor counted.
-                let dropped_here = matches!(state.disk.peek_mut(id), Some(OnDisk::Present))
-                    && state.disk.remove(id).is_some();
-                let other_process = self.disk.as_ref().is_some_and(|d| !d.owns());
-                if let Some(counter) = counter
-                    && (dropped_here || other_process)
-                {
+                // counts it, so the counter counts files, not readers. A missing file is
+                // another process's eviction, or a write a kill cut short: fetched again,
+                // and written again if the ledger still counts it.
+                let Some(counter) = counter else { continue };
+                if state.deleting.insert(id) {
                     Counters::add(counter, 1);
-                }
-                if dropped_here && let Some(w) = &self.writer {
-                    w.send(Job::Delete(id));
+                    if let Some(w) = &self.writer
+                        && !w.send(Job::Delete(id))
+                    {
+                        state.deleting.remove(&id);
+                    }
                 }
             }
         }
@@ -625,11 +551,12 @@ impl Shared {
         let mut flights = lock(&self.flights);
         let mut state = lock(&self.state);
         for unit in units {
-            let id = entry_id(key, unit);
+            let id = entry_id(&self.backend, key, unit);
             // A fetch under way for the old version is not joined by the reads of the new.
             flights.remove(&id);
             state.memory.remove(id);
-            if state.disk.remove(id).is_some()
+            state.queued.remove(&id);
+            if state.disk.contains(id)
                 && let Some(w) = &self.writer
             {
                 w.send(Job::Delete(id));
@@ -668,14 +595,14 @@ impl Shared {
     /// A fetched unit: into memory, and to the disk tier's writer (which lets go of it,
     /// and of the response it is a slice of, once written).
     fn store(&self, key: &str, unit: Unit, origin: Option<&Origin>, bytes: Bytes, slice: bool) {
-        let id = entry_id(key, unit);
+        let id = entry_id(&self.backend, key, unit);
         self.keep_in_memory(id, &bytes, slice);
         let (Some(origin), Some(writer)) = (origin, &self.writer) else {
             return;
         };
         let mut state = lock(&self.state);
         let state = &mut *state;
-        if !state.disk_writes || state.disk.contains(id) {
+        if !state.disk_writes || state.queued.contains_key(&id) {
             return;
         }
         let payload = bytes.len() as u64;
@@ -683,31 +610,26 @@ impl Shared {
             Counters::add(&self.counters.dropped_writes, 1);
             return;
         }
+        // Booked in the ledger by the writer; asked here first, so that what the rule
+        // refuses is not written at all. An entry the ledger counts is written again only
+        // when its file is missing (a write a kill cut short).
         let len = file_len(key, origin, payload);
-        match state
-            .disk
-            .admit(id, len, OnDisk::Writing(bytes.clone()), &mut state.plan)
-        {
-            Admission::Taken(evicted) => {
-                state.disk_stats.evictions += evicted.len() as u64;
-                for (victim, _) in evicted {
-                    writer.send(Job::Delete(victim));
-                }
-                state.pending_write_bytes += payload;
-                state.disk_stats.peak = state.disk_stats.peak.max(state.disk.used());
-                let queued = writer.send(Job::Write {
-                    id,
-                    key: key.to_owned(),
-                    unit,
-                    origin: origin.clone(),
-                    payload: bytes,
-                });
-                if !queued {
-                    state.disk.remove(id);
-                    state.pending_write_bytes -= payload;
-                }
-            }
-            Admission::Refused => state.disk_stats.rejected += 1,
+        if !state.disk.contains(id) && !state.disk.would_admit(id, len, &mut state.node_plan) {
+            state.disk_stats.rejected += 1;
+            return;
+        }
+        state.pending_write_bytes += payload;
+        state.queued.insert(id, bytes.clone());
+        let queued = writer.send(Job::Write {
+            id,
+            key: key.to_owned(),
+            unit,
+            origin: origin.clone(),
+            payload: bytes,
+        });
+        if !queued {
+            state.queued.remove(&id);
+            state.pending_write_bytes -= payload;
         }
     }
 }
@@ -1039,7 +961,10 @@ impl<S: Storage + 'static> Storage for CacheStore<S> {
     async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
         let Some(range) = options.range.clone() else {
             let (origin, asked) = self.origin(key).await?;
-            let unit = (entry_id(key, Unit::Whole), Unit::Whole);
+            let unit = (
+                entry_id(&self.shared().backend, key, Unit::Whole),
+                Unit::Whole,
+            );
             let (mut parts, served) = self.serve(key, vec![unit], origin, asked, &options).await?;
             return Ok(GetResult {
                 bytes: parts.pop().unwrap_or_default(),
@@ -1146,7 +1071,12 @@ impl<S: Storage + 'static> CacheStore<S> {
         let blocks = blocks_of(&(range.start..end), block);
         let first = blocks.start;
         let units: Vec<(EntryId, Unit)> = blocks
-            .map(|n| (entry_id(key, Unit::Block(n)), Unit::Block(n)))
+            .map(|n| {
+                (
+                    entry_id(&self.shared().backend, key, Unit::Block(n)),
+                    Unit::Block(n),
+                )
+            })
             .collect();
         let (parts, served) = self.serve(key, units, origin, asked, read).await?;
         // Cut the read out of its blocks: zero-copy when it lies within one.

@@ -77,12 +77,14 @@ impl<V> Tier<V> {
         if self.entries.contains_key(&id) || size > self.budget {
             return Admission::Refused;
         }
-        let free = self.budget - self.used;
+        // Another process sharing the directory may have filled it to a larger budget of its
+        // own: the smaller one is kept as entries come in.
+        let need = (self.used + size).saturating_sub(self.budget);
         let mut evicted = Vec::new();
-        if size > free {
+        if need > 0 {
             let entries = &self.entries;
             let size_of = |id: EntryId| entries.get(&id).map_or(0, |(s, _)| *s);
-            let Some(victims) = self.policy.victims(id, size - free, &size_of, plan) else {
+            let Some(victims) = self.policy.victims(id, need, &size_of, plan) else {
                 return Admission::Refused;
             };
             for victim in victims {
@@ -95,6 +97,65 @@ impl<V> Tier<V> {
         self.entries.insert(id, (size, value));
         self.policy.inserted(id, plan);
         Admission::Taken(evicted)
+    }
+
+    /// Whether [`admit`](Self::admit) would take `id` now (the rule is asked, nothing
+    /// changes).
+    pub fn would_admit(&mut self, id: EntryId, size: u64, plan: &mut Plan) -> bool {
+        if self.entries.contains_key(&id) || size > self.budget {
+            return false;
+        }
+        let need = (self.used + size).saturating_sub(self.budget);
+        let entries = &self.entries;
+        let size_of = |id: EntryId| entries.get(&id).map_or(0, |(s, _)| *s);
+        need == 0 || self.policy.victims(id, need, &size_of, plan).is_some()
+    }
+
+    /// Hold `id` of `size` bytes whatever the budget: another process put it there.
+    pub fn insert(&mut self, id: EntryId, size: u64, value: V, plan: &mut Plan) {
+        if let Some((old, _)) = self.entries.insert(id, (size, value)) {
+            self.used -= old;
+        }
+        self.used += size;
+        self.policy.inserted(id, plan);
+    }
+
+    /// Entries to let go, as the rule ranks them, until the tier is within its budget.
+    pub fn over_budget(&mut self, plan: &mut Plan) -> Vec<EntryId> {
+        let need = self.used.saturating_sub(self.budget);
+        if need == 0 {
+            return Vec::new();
+        }
+        let entries = &self.entries;
+        let size_of = |id: EntryId| entries.get(&id).map_or(0, |(s, _)| *s);
+        // For an entry no plan names; a rule that keeps everything for it (entries all
+        // needed) still lets go of enough.
+        self.policy
+            .victims(EntryId::MAX, need, &size_of, plan)
+            .unwrap_or_else(|| {
+                let mut freed = 0;
+                self.entries
+                    .iter()
+                    .take_while(|(_, (size, _))| {
+                        let more = freed < need;
+                        freed += size;
+                        more
+                    })
+                    .map(|(&id, _)| id)
+                    .collect()
+            })
+    }
+
+    /// The entries held and their sizes.
+    pub fn entries(&self) -> impl Iterator<Item = (EntryId, u64)> + '_ {
+        self.entries.iter().map(|(&id, &(size, _))| (id, size))
+    }
+
+    /// Let everything go.
+    pub fn clear(&mut self) {
+        for id in self.entries.keys().copied().collect::<Vec<_>>() {
+            self.remove(id);
+        }
     }
 
     /// Let `id` go.
