@@ -147,7 +147,12 @@ fn rank_process() {
         }
         let cache = loader.cache().unwrap().clone();
         let before = cache.snapshot();
-        let read: Vec<(u64, u64)> = loader.by_ref().flat_map(|b| b.unwrap()).collect();
+        // In step batch by batch, as training's all-reduce keeps ranks.
+        let mut read: Vec<(u64, u64)> = Vec::new();
+        for (b, batch) in loader.by_ref().enumerate() {
+            read.extend(batch.unwrap());
+            barrier(&rank, &format!("{epoch}.{b}"));
+        }
         cache.flush();
         let now = cache.snapshot();
         for (index, print) in &read {
@@ -161,15 +166,21 @@ fn rank_process() {
             now.corrupt - before.corrupt,
         );
         // The node's ranks end an epoch together.
-        std::fs::write(rank.barrier.join(format!("{epoch}-{}", rank.rank)), b"").unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while (0..rank.world).any(|r| !rank.barrier.join(format!("{epoch}-{r}")).exists()) {
-            assert!(
-                Instant::now() < deadline,
-                "the node's other ranks never came"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        barrier(&rank, &epoch.to_string());
+    }
+}
+
+/// Wait for the node's other ranks to reach `name` too (every rank of the test has as many
+/// batches).
+fn barrier(rank: &Rank, name: &str) {
+    std::fs::write(rank.barrier.join(format!("{name}-{}", rank.rank)), b"").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while (0..rank.world).any(|r| !rank.barrier.join(format!("{name}-{r}")).exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "the node's other ranks never came"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -486,8 +497,8 @@ fn a_nodes_ranks_share_one_directory_and_epoch_two_makes_no_request() {
 #[test]
 fn with_half_the_dataset_the_node_keeps_what_its_ranks_read_next() {
     no_hang("node cache, half the dataset", || {
-        let node = node(160, 1, "data");
-        let (world, epochs) = (4, 4);
+        let node = node(1600, 1, "data");
+        let (world, epochs) = (4, 3);
         // The entries' sizes, from a directory that holds them all.
         let full = tempfile::tempdir().unwrap();
         run_node(
@@ -525,11 +536,11 @@ fn with_half_the_dataset_the_node_keeps_what_its_ranks_read_next() {
         }
         let (lru, future) = (rates[0], rates[1]);
         eprintln!("node hit rates: LRU {lru:.3}, future {future:.3}, Belady {optimum:.3}");
-        // Measured here: LRU 0.273, future 0.339, Belady 0.373 (1.24x LRU, 0.91 of the
-        // optimum). The bounds keep that, short of the 1.5x and 0.95 the node cache aims at.
-        assert!(future >= 1.15 * lru, "future {future:.3}, LRU {lru:.3}");
+        assert!(future >= 1.5 * lru, "future {future:.3}, LRU {lru:.3}");
+        // Measured 0.95-0.99 of the optimum on an idle machine; bounded lower so that a
+        // busy one (ranks out of step by more than their reads ahead) does not fail it.
         assert!(
-            future >= 0.85 * optimum,
+            future >= 0.92 * optimum,
             "future {future:.3}, Belady {optimum:.3}"
         );
     });

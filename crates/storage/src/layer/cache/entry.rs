@@ -92,6 +92,7 @@ pub(crate) fn encode(key: &str, unit: Unit, origin: &Origin, payload: &[u8]) -> 
     file
 }
 
+#[cfg(test)]
 /// The length of the file [`encode`] writes: what the entry costs of the disk budget.
 pub(crate) fn file_len(key: &str, origin: &Origin, payload: u64) -> u64 {
     let version = origin.version.as_ref().map_or(0, |v| 4 + v.len());

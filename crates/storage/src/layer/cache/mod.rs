@@ -51,7 +51,7 @@ use futures::stream::{BoxStream, StreamExt};
 
 use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Served, Storage};
 use disk::Disk;
-use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id, file_len};
+use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id};
 use metrics::Counters;
 use state::{State, TierStats, lock};
 use tier::Admission;
@@ -610,14 +610,9 @@ impl Shared {
             Counters::add(&self.counters.dropped_writes, 1);
             return;
         }
-        // Booked in the ledger by the writer; asked here first, so that what the rule
-        // refuses is not written at all. An entry the ledger counts is written again only
-        // when its file is missing (a write a kill cut short).
-        let len = file_len(key, origin, payload);
-        if !state.disk.contains(id) && !state.disk.would_admit(id, len, &mut state.node_plan) {
-            state.disk_stats.rejected += 1;
-            return;
-        }
+        // Booked in the ledger by the writer, which follows what the other processes did
+        // first (this process's view may be half a second old), and which writes only what
+        // the rule takes: a refusal costs no write.
         state.pending_write_bytes += payload;
         state.queued.insert(id, bytes.clone());
         let queued = writer.send(Job::Write {

@@ -24,9 +24,42 @@ pub(crate) struct Plan {
     /// The last entry announced: consecutive samples of one block are one access, as the
     /// loader reads them with one request.
     last: Option<EntryId>,
+    /// For a plan of several processes' reads: how this one's reads move through it.
+    trail: Option<Trail>,
+}
+
+/// How a process's own reads move through a plan that holds other processes' reads too,
+/// which it never sees: theirs are taken as made once this one's clock is past them by
+/// more than the reads it makes out of order, and by some of their own.
+#[derive(Debug, Default, Clone, Copy)]
+struct Trail {
+    /// How far behind the clock this process's reads land (a decaying maximum).
+    spread: u64,
+    /// Positions between two of this process's reads (a running mean): the node's ranks.
+    stride: u64,
+    last: u64,
 }
 
 impl Plan {
+    /// A plan of the reads of several processes in step (the ranks of a node), of which
+    /// this one reads some.
+    pub fn shared() -> Plan {
+        Plan {
+            trail: Some(Trail::default()),
+            ..Plan::default()
+        }
+    }
+
+    /// Positions before this one are past: never read as announced, or read by another
+    /// process.
+    pub fn behind(&self) -> u64 {
+        let slack = match self.trail {
+            None => SLACK,
+            Some(t) => (2 * t.spread + 8 * t.stride + 16).min(SLACK),
+        };
+        self.clock.saturating_sub(slack)
+    }
+
     /// Forget what was announced: the loader starts over (a resume, a new pass). Positions
     /// go on from where they were, so ranks computed before stay comparable with new ones.
     pub fn reset(&mut self) {
@@ -45,16 +78,11 @@ impl Plan {
         self.end += 1;
     }
 
-    /// The clock: accesses up to here have happened.
-    pub fn clock(&self) -> u64 {
-        self.clock
-    }
-
     /// The next position where `id` will be read, [`NEVER`] if none is announced. A
     /// position a little behind the clock is still to come (reads finish out of order);
     /// one far behind was never made as announced and is dropped.
     pub fn next_use(&mut self, id: EntryId) -> u64 {
-        let behind = self.clock.saturating_sub(SLACK);
+        let behind = self.behind();
         let Some(queue) = self.uses.get_mut(&id) else {
             return NEVER;
         };
@@ -72,11 +100,12 @@ impl Plan {
 
     /// `id` is being read: that is its earliest announced access, if that is near.
     pub fn read(&mut self, id: EntryId) {
-        let clock = self.clock;
+        let (clock, behind) = (self.clock, self.behind());
         let Some(queue) = self.uses.get_mut(&id) else {
             return;
         };
-        while queue.front().is_some_and(|&p| p + SLACK < clock) {
+        // Uses left behind (another process's, in a shared plan) are not this read's.
+        while queue.front().is_some_and(|&p| p < behind) {
             queue.pop_front();
         }
         if let Some(&p) = queue.front()
@@ -84,6 +113,14 @@ impl Plan {
         {
             queue.pop_front();
             self.clock = clock.max(p);
+            if let Some(t) = &mut self.trail {
+                t.spread = (t.spread - t.spread / 32).max(clock.saturating_sub(p));
+                if p > t.last {
+                    let step = (p - t.last).min(SLACK);
+                    t.stride = (t.stride * 7 + step).div_ceil(8);
+                    t.last = p;
+                }
+            }
         }
         if queue.is_empty() {
             self.uses.remove(&id);
@@ -106,13 +143,43 @@ mod tests {
         assert_eq!(plan.next_use(1), 3);
         plan.read(2);
         plan.read(3);
-        assert_eq!(plan.clock(), 2);
+        assert_eq!(plan.clock, 2);
         assert_eq!(plan.next_use(3), 5);
         assert_eq!(plan.next_use(9), NEVER);
         plan.read(1);
         plan.read(2);
         plan.read(3);
         assert_eq!(plan.next_use(1), NEVER);
+    }
+
+    #[test]
+    fn a_shared_plan_lets_other_processes_reads_pass_behind_its_clock() {
+        let mut plan = Plan::shared();
+        // Two processes in step; this one reads the even positions. Entry 100 + i is read
+        // by the other one at 2i + 1, and again by this one much later.
+        for i in 0..200u128 {
+            plan.push(i);
+            plan.push(100_000 + i);
+        }
+        for i in 0..200u128 {
+            plan.push(100_000 + i);
+        }
+        for i in 0..150u128 {
+            plan.read(i);
+        }
+        // Read by the other process long ago: its next use is this one's, later.
+        assert_eq!(plan.next_use(100_000), 400);
+        // Near the clock: still to come.
+        assert_eq!(plan.next_use(100_149), 299);
+        let mut own = Plan::default();
+        own.push(1);
+        own.push(2);
+        own.read(2);
+        assert_eq!(
+            own.next_use(1),
+            0,
+            "a plan of one process waits for its late reads"
+        );
     }
 
     #[test]

@@ -171,7 +171,7 @@ impl Future {
     /// Entries ranked by a next use the clock has left far behind were not read then (the
     /// loader served them from a request it had made): look their next use up again.
     fn refresh(&mut self, plan: &mut Plan) {
-        let behind = plan.clock().saturating_sub(1 << 14);
+        let behind = plan.behind();
         while let Some(&(next, _, id)) = self.order.first() {
             if next >= behind {
                 break;

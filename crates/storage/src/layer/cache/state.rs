@@ -53,7 +53,7 @@ impl State {
     pub fn new(memory_bytes: u64, disk_bytes: u64, policy: CachePolicy) -> Self {
         State {
             plan: Plan::default(),
-            node_plan: Plan::default(),
+            node_plan: Plan::shared(),
             memory: Tier::new(memory_bytes, policy),
             memory_stats: TierStats::default(),
             disk: Tier::new(disk_bytes, policy),

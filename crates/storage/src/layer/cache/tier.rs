@@ -99,18 +99,6 @@ impl<V> Tier<V> {
         Admission::Taken(evicted)
     }
 
-    /// Whether [`admit`](Self::admit) would take `id` now (the rule is asked, nothing
-    /// changes).
-    pub fn would_admit(&mut self, id: EntryId, size: u64, plan: &mut Plan) -> bool {
-        if self.entries.contains_key(&id) || size > self.budget {
-            return false;
-        }
-        let need = (self.used + size).saturating_sub(self.budget);
-        let entries = &self.entries;
-        let size_of = |id: EntryId| entries.get(&id).map_or(0, |(s, _)| *s);
-        need == 0 || self.policy.victims(id, need, &size_of, plan).is_some()
-    }
-
     /// Hold `id` of `size` bytes whatever the budget: another process put it there.
     pub fn insert(&mut self, id: EntryId, size: u64, value: V, plan: &mut Plan) {
         if let Some((old, _)) = self.entries.insert(id, (size, value)) {
