@@ -551,7 +551,7 @@ fn ranks_killed_mid_write_leave_nothing_corrupt_over_budget_or_locked() {
     no_hang("node cache, killed ranks", || {
         let node = node(120, 2, "data");
         let cache = tempfile::tempdir().unwrap();
-        let budget = {
+        let sizes = {
             let full = tempfile::tempdir().unwrap();
             run_node(
                 &node,
@@ -562,8 +562,12 @@ fn ranks_killed_mid_write_leave_nothing_corrupt_over_budget_or_locked() {
                 1,
                 false,
             );
-            entry_sizes(&node, full.path()).values().sum::<u64>() * 2 / 3
+            entry_sizes(&node, full.path())
         };
+        let budget = sizes.values().sum::<u64>() * 2 / 3;
+        // One entry in flight per process at most (booked, then let go by another process
+        // while it is written).
+        let slack = 4 * sizes.values().max().unwrap();
         let mut killed = 0;
         for round in 0..6u64 {
             let barrier = tempfile::tempdir().unwrap();
@@ -603,6 +607,8 @@ fn ranks_killed_mid_write_leave_nothing_corrupt_over_budget_or_locked() {
                 child.kill().ok();
                 child.wait().unwrap();
             }
+            // Entry files are placed only while the ledger counts them: within the budget
+            // exactly, whatever was killed where.
             let on_disk = du(&[cache.path().join("entries")]);
             assert!(on_disk <= budget, "round {round}: {on_disk} > {budget}");
         }
@@ -629,7 +635,7 @@ fn ranks_killed_mid_write_leave_nothing_corrupt_over_budget_or_locked() {
         let [_, hits, _, corrupt] = totals(&reports, 0..2);
         assert_eq!(corrupt, 0, "a torn entry was read");
         assert!(hits > 0, "nothing the killed ranks wrote was kept");
-        assert!(peak <= budget, "{peak} > {budget}");
+        assert!(peak <= budget + slack, "{peak} > {budget} + {slack}");
     });
 }
 

@@ -439,7 +439,12 @@ impl Shared {
                     Counters::add(&self.counters.disk_hits, 1);
                     return Source::Have(bytes.clone());
                 }
-                if dir { Source::Disk } else { Source::Fetch }
+                // A file found bad is not read again until the writer replaced it.
+                if dir && !state.deleting.contains(&id) {
+                    Source::Disk
+                } else {
+                    Source::Fetch
+                }
             })
             .collect()
     }
@@ -457,7 +462,10 @@ impl Shared {
                 if let Some(bytes) = state.queued.get(&id) {
                     return Source::Have(bytes.clone());
                 }
-                if state.disk.contains(id) && self.disk.as_ref().is_some_and(|d| d.exists(id)) {
+                if state.disk.contains(id)
+                    && !state.deleting.contains(&id)
+                    && self.disk.as_ref().is_some_and(|d| d.exists(id))
+                {
                     Source::Disk
                 } else {
                     Source::Fetch

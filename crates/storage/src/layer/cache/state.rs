@@ -29,8 +29,8 @@ pub(crate) struct State {
     pub disk_stats: TierStats,
     /// Entries fetched and waiting for the writer: served from here meanwhile.
     pub queued: HashMap<EntryId, Bytes>,
-    /// Entry files found bad and queued for deletion: counted once however many readers
-    /// find them so.
+    /// Entry files found bad, until the writer has written them again: counted once however
+    /// many readers find them so, and not read again meanwhile.
     pub deleting: HashSet<EntryId>,
     /// Objects as this run sees them.
     pub known: HashMap<String, Origin>,

@@ -170,6 +170,8 @@ impl Books {
                 let result = self.write(id, &encode(&key, unit, &origin, &payload));
                 let mut state = lock(&self.state);
                 state.queued.remove(&id);
+                // Replaced (or let go): a bad file of it, if there was one, is gone.
+                state.deleting.remove(&id);
                 state.pending_write_bytes = state.pending_write_bytes.saturating_sub(len);
                 if let Err(e) = result {
                     Counters::add(&self.counters.write_errors, 1);
@@ -306,9 +308,6 @@ impl Books {
             if state.disk.remove(id).is_some() {
                 let _ = held.append(&[Record::Remove { id }]);
             }
-            state.deleting.remove(&id);
-        } else {
-            lock(&self.state).deleting.remove(&id);
         }
     }
 }
