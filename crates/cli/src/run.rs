@@ -90,7 +90,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     trace: Option<std::path::PathBuf>,
     /// Cache what is read in this directory, so later epochs and later runs read from
-    /// local disk (a second process on the same directory reads it without writing).
+    /// local disk; the ranks of a node share one directory, within one budget.
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<std::path::PathBuf>,
     /// The disk cache's budget, e.g. 2GB or 512MiB (default 16 GiB).
@@ -309,6 +309,12 @@ pub fn main(args: Args) -> Result {
         std::fs::rename(&partial, path)?;
     }
     let cache = loader.cache().map(|c| c.snapshot());
+    // The node's totals, when ranks share the directory: this rank's final figures and the
+    // others' as they last recorded them.
+    let node = loader.cache().and_then(|c| {
+        c.flush();
+        c.node_snapshot()
+    });
     let seconds = start.elapsed().as_secs_f64();
     let summary = loader.metrics().map(|m| m.summary());
     drop(loader);
@@ -356,6 +362,17 @@ pub fn main(args: Args) -> Result {
                 "stale": c.stale,
                 "write_errors": c.write_errors,
             })),
+            "node_cache": node.map(|n| serde_json::json!({
+                "processes": n.processes,
+                "hits": n.hits,
+                "misses": n.misses,
+                "hit_rate": n.hit_rate(),
+                "bytes_from_cache": n.bytes_served,
+                "bytes_fetched": n.bytes_fetched,
+                "requests": n.requests,
+                "evictions": n.evictions,
+                "corrupt": n.corrupt,
+            })),
         });
         println!("{json:#}");
     } else {
@@ -398,6 +415,9 @@ pub fn main(args: Args) -> Result {
         }
         if let Some(cache) = cache {
             writeln!(out, "cache: {cache}")?;
+        }
+        if let Some(node) = node.filter(|n| n.processes > 1) {
+            writeln!(out, "node cache: {node}")?;
         }
         if let Some(summary) = summary {
             writeln!(out, "{summary}")?;

@@ -86,6 +86,8 @@ pub trait Control: Send {
     fn metrics(&self) -> Option<Arc<Metrics>>;
     /// See [`DataLoader::source_of`].
     fn source_of(&self, index: u64) -> Option<(usize, usize)>;
+    /// See [`DataLoader::cache`].
+    fn cache(&self) -> Option<loader_core::storage::layer::Cache>;
 }
 
 impl<T, B> Control for DataLoader<T, B>
@@ -128,5 +130,8 @@ where
     }
     fn source_of(&self, index: u64) -> Option<(usize, usize)> {
         DataLoader::source_of(self, index)
+    }
+    fn cache(&self) -> Option<loader_core::storage::layer::Cache> {
+        DataLoader::cache(self).cloned()
     }
 }

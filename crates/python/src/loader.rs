@@ -516,6 +516,43 @@ impl PyLoader {
         self.with(py, |l| l.metrics().map(|m| m.summary().to_string()))
     }
 
+    /// The cache's counters as a dict (`None` without a cache): this process's, and under
+    /// `"node"` the totals of every process sharing its directory.
+    fn cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.check_process()?;
+        let Some(cache) = self.with(py, |l| l.cache())? else {
+            return Ok(None);
+        };
+        let (own, node) = py.detach(|| {
+            cache.flush();
+            (cache.snapshot(), cache.node_snapshot())
+        });
+        let out = PyDict::new(py);
+        out.set_item("hits", own.memory_hits + own.disk_hits)?;
+        out.set_item("memory_hits", own.memory_hits)?;
+        out.set_item("disk_hits", own.disk_hits)?;
+        out.set_item("misses", own.misses)?;
+        out.set_item("requests", own.requests)?;
+        out.set_item("bytes_from_cache", own.bytes_served)?;
+        out.set_item("bytes_fetched", own.bytes_fetched)?;
+        out.set_item("evictions", own.memory.evictions + own.disk.evictions)?;
+        out.set_item("disk_bytes", own.disk.bytes)?;
+        out.set_item("corrupt", own.corrupt)?;
+        if let Some(n) = node {
+            let node = PyDict::new(py);
+            node.set_item("processes", n.processes)?;
+            node.set_item("hits", n.hits)?;
+            node.set_item("misses", n.misses)?;
+            node.set_item("requests", n.requests)?;
+            node.set_item("bytes_from_cache", n.bytes_served)?;
+            node.set_item("bytes_fetched", n.bytes_fetched)?;
+            node.set_item("evictions", n.evictions)?;
+            node.set_item("corrupt", n.corrupt)?;
+            out.set_item("node", node)?;
+        }
+        Ok(Some(out))
+    }
+
     /// Stop the loader: in-flight requests are cancelled and its threads joined. A thread
     /// waiting in `next_batch` gets an error instead of a batch.
     fn close(&self, py: Python<'_>) {

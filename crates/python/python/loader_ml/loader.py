@@ -666,7 +666,9 @@ class DataLoader:
             order (default: 4 chunks' worth, or more when a rank of the starting world size
             reads fewer than 2 lanes; chosen when a run starts and kept in its state).
         cache_dir: cache what is read in this directory, so later epochs and runs read
-            local disk.
+            local disk. The ranks of a node share one directory within one budget, which
+            keeps what the node reads next (``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` as torchrun
+            sets them); ``cache_stats()`` reports the node's totals.
         cache_size: the cache directory's budget in bytes (default 16 GiB).
         cache_memory: the cache's memory tier in bytes (default 256 MiB).
         cache_policy: what the cache evicts: ``"future"`` (what is read last or never in
@@ -1077,6 +1079,13 @@ class DataLoader:
         """The per-stage summary of the run so far: fetch and decode rates, waits, and
         which stage limits it."""
         return self._native.summary()
+
+    def cache_stats(self) -> dict[str, Any] | None:
+        """The cache's counters (``None`` without ``cache_dir`` or ``cache_memory``):
+        ``hits``, ``misses``, ``requests``, bytes each way, ``evictions``; with a directory,
+        ``"node"`` holds the totals of every process sharing it (the ranks of a node), the
+        others' as they last recorded them (every half second, and at their end)."""
+        return self._native.cache_stats()
 
     def close(self) -> None:
         """Stop now: cancel in-flight requests and join the threads. Live loaders are

@@ -15,7 +15,7 @@ mod timeout;
 
 pub use cache::{
     Cache, CacheConfig, CacheError, CachePolicy, CacheSnapshot, CacheStore, DEFAULT_BLOCK_BYTES,
-    TierSnapshot,
+    NodeSnapshot, TierSnapshot,
 };
 pub use faults::{FaultConfig, FaultStore};
 pub use latency::{Latency, LatencyStore};

@@ -31,6 +31,10 @@ pub(crate) struct Disk {
     entries: PathBuf,
     /// This process's folder under `tmp/`.
     tmp: PathBuf,
+    /// Where the processes' counters are recorded, one file each.
+    ranks: PathBuf,
+    /// This process's name in `tmp/` and `ranks/`.
+    name: String,
     /// Held shared for the life of the cache: a process that gets it exclusively is alone.
     _users: File,
     /// Held for the life of the cache: a process that gets it knows `tmp` is a dead one's.
@@ -61,8 +65,10 @@ impl Disk {
     pub fn open(root: &Path) -> io::Result<(Disk, Journal)> {
         let entries = root.join("entries");
         let tmp_root = root.join("tmp");
+        let ranks = root.join("ranks");
         fs::create_dir_all(&entries)?;
         fs::create_dir_all(&tmp_root)?;
+        fs::create_dir_all(&ranks)?;
         let users = open_lock(&root.join("lock"))?;
         let mut journal = Journal::open(root)?;
         match users.try_lock() {
@@ -70,6 +76,10 @@ impl Disk {
                 for stale in fs::read_dir(&tmp_root)? {
                     let path = stale?.path();
                     let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+                }
+                // A new node's run: the counters of the last one's processes go.
+                for old in fs::read_dir(&ranks)? {
+                    let _ = fs::remove_file(old?.path());
                 }
                 let found = scan(&entries)?;
                 let Some(mut held) = journal.lock(TIDY_PATIENCE)? else {
@@ -111,13 +121,19 @@ impl Disk {
             .map_or(0, |d| d.subsec_nanos());
         let name = format!("{}-{nanos:08x}", std::process::id());
         let tmp = tmp_root.join(&name);
-        let tmp_lock = open_lock(&tmp_root.join(format!("{name}.lock")))?;
+        // Locked under another name, then renamed: another process's tidy-up takes a
+        // `.lock` file it can lock for a dead process's.
+        let locking = tmp_root.join(format!("{name}.locking"));
+        let tmp_lock = open_lock(&locking)?;
         tmp_lock.lock()?;
+        fs::rename(&locking, tmp_root.join(format!("{name}.lock")))?;
         fs::create_dir_all(&tmp)?;
         let disk = Disk {
             root: root.to_path_buf(),
             entries,
             tmp,
+            ranks,
+            name,
             _users: users,
             _tmp_lock: tmp_lock,
             serial: AtomicU64::new(0),
@@ -147,6 +163,34 @@ impl Disk {
                 let _ = fs::remove_file(&path);
             }
         }
+    }
+
+    /// This process's name among those using the directory.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Record this process's counters for the others (whole, then renamed into place).
+    pub fn record(&self, text: &str) {
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let partial = self.tmp.join(format!("record.{serial}"));
+        if fs::write(&partial, text).is_ok() {
+            let _ = fs::rename(&partial, self.ranks.join(&self.name));
+        }
+    }
+
+    /// Every process's recorded counters, by name.
+    pub fn records(&self) -> Vec<(String, String)> {
+        let Ok(listing) = fs::read_dir(&self.ranks) else {
+            return Vec::new();
+        };
+        listing
+            .flatten()
+            .filter_map(|item| {
+                let name = item.file_name().into_string().ok()?;
+                Some((name, fs::read_to_string(item.path()).ok()?))
+            })
+            .collect()
     }
 
     /// The directory, for messages.

@@ -130,3 +130,137 @@ impl fmt::Display for CacheSnapshot {
         Ok(())
     }
 }
+
+/// What all the processes sharing a cache directory (the ranks of a node) did, as each last
+/// recorded it (every half second, and when it ends).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeSnapshot {
+    /// Processes that recorded their counters since the directory was last opened by a
+    /// process alone in it.
+    pub processes: u64,
+    /// Reads served from the cache (either tier).
+    pub hits: u64,
+    /// Reads the store answered.
+    pub misses: u64,
+    /// Bytes served from the cache.
+    pub bytes_served: u64,
+    /// Bytes fetched from the store.
+    pub bytes_fetched: u64,
+    /// Reads made to the store.
+    pub requests: u64,
+    /// Disk entries let go to make room.
+    pub evictions: u64,
+    /// Entry files found corrupt.
+    pub corrupt: u64,
+}
+
+impl NodeSnapshot {
+    /// The fields, in the order a process's record holds them.
+    pub(crate) fn fields(&mut self) -> [(&'static str, &mut u64); 7] {
+        [
+            ("hits", &mut self.hits),
+            ("misses", &mut self.misses),
+            ("bytes_served", &mut self.bytes_served),
+            ("bytes_fetched", &mut self.bytes_fetched),
+            ("requests", &mut self.requests),
+            ("evictions", &mut self.evictions),
+            ("corrupt", &mut self.corrupt),
+        ]
+    }
+
+    /// One process's record, from its snapshot.
+    pub(crate) fn of(snap: &CacheSnapshot) -> NodeSnapshot {
+        NodeSnapshot {
+            processes: 1,
+            hits: snap.memory_hits + snap.disk_hits,
+            misses: snap.misses,
+            bytes_served: snap.bytes_served,
+            bytes_fetched: snap.bytes_fetched,
+            requests: snap.requests,
+            evictions: snap.disk.evictions,
+            corrupt: snap.corrupt,
+        }
+    }
+
+    /// The record as text: a `name value` line per field.
+    pub(crate) fn to_text(mut self) -> String {
+        self.fields()
+            .into_iter()
+            .map(|(name, value)| format!("{name} {value}\n"))
+            .collect()
+    }
+
+    /// Add a record read back (`None` if it does not parse: one being replaced, say).
+    pub(crate) fn add_text(&mut self, text: &str) -> Option<()> {
+        let mut record = NodeSnapshot::default();
+        for (line, (name, value)) in text.lines().zip(record.fields()) {
+            let (n, v) = line.split_once(' ')?;
+            if n != name {
+                return None;
+            }
+            *value = v.parse().ok()?;
+        }
+        self.processes += 1;
+        for ((_, total), (_, value)) in self.fields().into_iter().zip(record.fields()) {
+            *total += *value;
+        }
+        Some(())
+    }
+
+    /// Hits over all reads, 0 when nothing was read.
+    pub fn hit_rate(&self) -> f64 {
+        let all = self.hits + self.misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.hits as f64 / all as f64
+        }
+    }
+}
+
+impl fmt::Display for NodeSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} processes: hit rate {:.1}% ({} hits, {} misses), {:.1} MB from cache, {:.1} MB \
+             fetched in {} requests, {} evicted",
+            self.processes,
+            self.hit_rate() * 100.0,
+            self.hits,
+            self.misses,
+            self.bytes_served as f64 / 1e6,
+            self.bytes_fetched as f64 / 1e6,
+            self.requests,
+            self.evictions,
+        )?;
+        if self.corrupt > 0 {
+            write!(f, ", {} corrupt entries", self.corrupt)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_and_adds_up() {
+        let one = NodeSnapshot {
+            processes: 1,
+            hits: 3,
+            misses: 4,
+            bytes_served: 5,
+            bytes_fetched: 6,
+            requests: 7,
+            evictions: 8,
+            corrupt: 9,
+        };
+        let mut total = NodeSnapshot::default();
+        total.add_text(&one.to_text()).unwrap();
+        total.add_text(&one.to_text()).unwrap();
+        assert_eq!(total.processes, 2);
+        assert_eq!((total.hits, total.corrupt), (6, 18));
+        assert!(total.add_text("hits x").is_none());
+    }
+}

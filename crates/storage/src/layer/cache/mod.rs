@@ -53,11 +53,11 @@ use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Served,
 use disk::Disk;
 use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id};
 use metrics::Counters;
-use state::{State, TierStats, lock};
+use state::{State, lock};
 use tier::Admission;
 use writer::{Job, Writer};
 
-pub use metrics::{CacheSnapshot, TierSnapshot};
+pub use metrics::{CacheSnapshot, NodeSnapshot, TierSnapshot};
 pub use policy::CachePolicy;
 
 /// Default [`CacheConfig::block_bytes`]: 1 MiB. A shard's 4 MiB read spans a few blocks,
@@ -342,42 +342,31 @@ impl Cache {
 
     /// The counters as they are now.
     pub fn snapshot(&self) -> CacheSnapshot {
-        let c = &self.shared.counters;
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        let state = lock(&self.shared.state);
-        let tier = |used: u64, budget: u64, len: usize, stats: &TierStats| TierSnapshot {
-            budget,
-            bytes: used,
-            peak_bytes: stats.peak,
-            entries: len as u64,
-            evictions: stats.evictions,
-            rejected: stats.rejected,
-        };
-        CacheSnapshot {
-            memory_hits: get(&c.memory_hits),
-            disk_hits: get(&c.disk_hits),
-            misses: get(&c.misses),
-            bytes_served: get(&c.bytes_served),
-            bytes_fetched: get(&c.bytes_fetched),
-            requests: get(&c.requests),
-            validations: get(&c.validations),
-            corrupt: get(&c.corrupt),
-            stale: get(&c.stale),
-            write_errors: get(&c.write_errors),
-            dropped_writes: get(&c.dropped_writes),
-            memory: tier(
-                state.memory.used(),
-                state.memory.budget(),
-                state.memory.len(),
-                &state.memory_stats,
-            ),
-            disk: tier(
-                state.disk.used(),
-                state.disk.budget(),
-                state.disk.len(),
-                &state.disk_stats,
-            ),
+        lock(&self.shared.state).snapshot(&self.shared.counters)
+    }
+
+    /// The totals of every process that shares this cache's directory (the ranks of a
+    /// node), this one's as they are now and the others' as they last recorded them;
+    /// `None` without a directory.
+    pub fn node_snapshot(&self) -> Option<NodeSnapshot> {
+        let disk = self.shared.disk.as_ref()?;
+        let mine = NodeSnapshot::of(&self.snapshot());
+        // Recorded first, so a rank that ends after this one counts it as it ends.
+        disk.record(&mine.to_text());
+        let mut total = NodeSnapshot::default();
+        let mut counted_mine = false;
+        for (name, text) in disk.records() {
+            if name == disk.name() {
+                counted_mine = true;
+                total.add_text(&mine.to_text());
+            } else {
+                total.add_text(&text);
+            }
         }
+        if !counted_mine {
+            total.add_text(&mine.to_text());
+        }
+        Some(total)
     }
 
     /// Whether entries outlive this process, so they must be checked against the object.

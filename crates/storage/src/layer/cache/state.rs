@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::entry::{EntryId, Origin};
 use super::journal::{Record, Replay};
+use super::metrics::{CacheSnapshot, Counters, TierSnapshot};
 use super::plan::Plan;
 use super::policy::CachePolicy;
 use super::tier::Tier;
@@ -64,6 +65,44 @@ impl State {
             unchecked: HashSet::new(),
             disk_writes: false,
             pending_write_bytes: 0,
+        }
+    }
+
+    /// The counters and the tiers as they are now.
+    pub fn snapshot(&self, c: &Counters) -> CacheSnapshot {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let tier = |used: u64, budget: u64, len: usize, stats: &TierStats| TierSnapshot {
+            budget,
+            bytes: used,
+            peak_bytes: stats.peak,
+            entries: len as u64,
+            evictions: stats.evictions,
+            rejected: stats.rejected,
+        };
+        CacheSnapshot {
+            memory_hits: get(&c.memory_hits),
+            disk_hits: get(&c.disk_hits),
+            misses: get(&c.misses),
+            bytes_served: get(&c.bytes_served),
+            bytes_fetched: get(&c.bytes_fetched),
+            requests: get(&c.requests),
+            validations: get(&c.validations),
+            corrupt: get(&c.corrupt),
+            stale: get(&c.stale),
+            write_errors: get(&c.write_errors),
+            dropped_writes: get(&c.dropped_writes),
+            memory: tier(
+                self.memory.used(),
+                self.memory.budget(),
+                self.memory.len(),
+                &self.memory_stats,
+            ),
+            disk: tier(
+                self.disk.used(),
+                self.disk.budget(),
+                self.disk.len(),
+                &self.disk_stats,
+            ),
         }
     }
 

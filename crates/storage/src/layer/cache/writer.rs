@@ -15,7 +15,7 @@ use bytes::Bytes;
 use super::disk::Disk;
 use super::entry::{EntryId, Origin, Unit, encode};
 use super::journal::{Held, Journal, Record};
-use super::metrics::Counters;
+use super::metrics::{Counters, NodeSnapshot};
 use super::state::{State, lock};
 use super::tier::Admission;
 
@@ -84,10 +84,14 @@ impl Writer {
                 loop {
                     match rx.recv_timeout(FOLLOW_EVERY) {
                         Ok(job) => books.run(job),
-                        Err(RecvTimeoutError::Timeout) => books.follow(),
+                        Err(RecvTimeoutError::Timeout) => {
+                            books.follow();
+                            books.record();
+                        }
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
+                books.record();
             })?;
         Ok(Writer {
             jobs: Some(tx),
@@ -142,6 +146,12 @@ impl Books {
         state.disk_stats.peak = state.disk.used();
         state.disk_writes = true;
         Ok(())
+    }
+
+    /// Record this process's counters for the node's totals.
+    fn record(&self) {
+        let snapshot = lock(&self.state).snapshot(&self.counters);
+        self.disk.record(&NodeSnapshot::of(&snapshot).to_text());
     }
 
     /// Read what the others did, if the ledger is free now.

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 31's measurement (BENCHMARKS.md, "One cache per node"), one run: 4 and 8 rank
+# processes on this machine (one node) read a shuffled ImageFolder from `loader serve s3`
+# for two epochs through a cache directory, started together as torchrun starts them
+# (LOCAL_RANK/LOCAL_WORLD_SIZE set); the second epoch's GETs and each rank's img/s for
+#  - shared: this checkout, one directory for the node;
+#  - per-rank: this checkout, a directory for each rank;
+#  - owner: the build before the node cache (git revision $BEFORE, built into a worktree of
+#    its own), one directory, which its first process owns and the others only read.
+#
+#   benches/scripts/node_cache.sh   (env: BEFORE=dc97a2a, IMAGES=2000, WORLDS="4 8", LOADER_CACHE)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+before=${BEFORE:-dc97a2a}
+images=${IMAGES:-2000}
+cache=${LOADER_CACHE:-$HOME/.cache/loader}
+work=$cache/node-cache-bench
+mkdir -p "$work"
+
+cargo build --release -q -p loader-cli
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+new=$target/release/loader
+if [ ! -x "$work/before/target/release/loader" ]; then
+  rm -rf "$work/before"
+  git worktree add --force --detach "$work/before" "$before" >/dev/null
+  (cd "$work/before" && CARGO_TARGET_DIR="$work/before/target" cargo build --release -q -p loader-cli)
+fi
+old=$work/before/target/release/loader
+
+data=$work/data
+if [ ! -f "$data/.complete" ]; then
+  rm -rf "$data"
+  "$new" gen "$data/images" --images "$images" --classes 10
+  touch "$data/.complete"
+fi
+
+log=$(mktemp)
+"$new" serve s3 "$data" > "$log" &
+server=$!
+dirs=$(mktemp -d)
+trap 'kill $server 2>/dev/null || true; rm -rf "$log" "$dirs"' EXIT
+for _ in $(seq 100); do grep -q '^press Ctrl-C' "$log" && break; sleep 0.1; done
+opts=(--option "aws_endpoint=$(sed -n 's/^endpoint: //p' "$log")"
+      --option "aws_access_key_id=$(sed -n 's/^access key: //p' "$log")"
+      --option "aws_secret_access_key=$(sed -n 's/^secret key: //p' "$log")"
+      --option aws_region=us-east-1)
+
+for world in ${WORLDS:-4 8}; do
+  echo "== $world ranks, 2 epochs of $images images, batch 32, one decode thread each"
+  for setup in shared per-rank owner; do
+    bin=$new; [ $setup = owner ] && bin=$old
+    rm -rf "$dirs"/*
+    pids=()
+    for rank in $(seq 0 $((world - 1))); do
+      dir=$dirs/node; local_world=$world
+      if [ $setup = per-rank ]; then dir=$dirs/rank$rank; local_world=1; fi
+      LOCAL_WORLD_SIZE=$local_world LOCAL_RANK=$((rank % local_world)) \
+        "$bin" run s3://images "${opts[@]}" --shuffle --epochs 2 --batch-size 32 \
+        --decode-threads 1 --set rank=$rank --set world_size=$world \
+        --cache-dir "$dir" --cache-memory 0 --json > "$dirs/out$rank.json" 2>/dev/null &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    python3 - "$dirs" "$world" "$setup" <<'PY'
+import json, sys
+dirs, world, setup = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+runs = [json.load(open(f"{dirs}/out{r}.json")) for r in range(world)]
+first = sum(r["epochs"][0]["requests"] for r in runs)
+second = sum(r["epochs"][1]["requests"] for r in runs)
+images = sum(r["images"] for r in runs) // 2
+rates = [r["epochs"][1]["images_per_sec"] for r in runs]
+print(f"{setup:>8}: epoch 1 {first} GETs, epoch 2 {second} GETs for {images} images "
+      f"({second / images:.3f} per image); epoch 2 img/s per rank "
+      f"{sum(rates) / len(rates):.0f} (min {min(rates):.0f}, max {max(rates):.0f})")
+PY
+  done
+done
