@@ -363,6 +363,65 @@ fn many_concurrent_readers_of_one_key_make_one_request() {
 }
 
 #[test]
+fn two_processes_reading_one_entry_at_once_make_one_request() {
+    no_hang("claims", || {
+        let data = tempfile::tempdir().unwrap();
+        let keys = objects(data.path(), 4, 50_000);
+        let server = S3Server::start(data.path()).unwrap();
+        let cache_dir = tempfile::tempdir().unwrap();
+        rt().block_on(async {
+            // Two caches on one directory, each over its own counted, slow store: the locks
+            // are per open file, so each stands in for a process of its own.
+            let open = || {
+                let counted = s3(&server)
+                    .with_latency(Latency::Fixed(Duration::from_millis(300)), 1)
+                    .with_metrics();
+                let gets = counted.metrics();
+                let store = Arc::new(
+                    counted
+                        .with_cache(config(cache_dir.path(), 0, 1 << 20))
+                        .unwrap(),
+                );
+                (store, gets)
+            };
+            let ((a, a_gets), (b, b_gets)) = (open(), open());
+            for store in [&a, &b] {
+                for key in &keys {
+                    store.head(key).await.unwrap();
+                }
+            }
+            let (before_a, before_b) = (a_gets.snapshot().requests, b_gets.snapshot().requests);
+            let reads = keys.iter().enumerate().flat_map(|(i, key)| {
+                [&a, &b].map(|store| {
+                    let (store, key) = (Arc::clone(store), key.clone());
+                    tokio::spawn(async move {
+                        let got = if i % 2 == 0 {
+                            store.get(&key).await.unwrap()
+                        } else {
+                            store.get_range(&key, 0..50_000).await.unwrap()
+                        };
+                        assert_eq!(got, bytes_of(i, 50_000));
+                    })
+                })
+            });
+            for read in futures::future::join_all(reads).await {
+                read.unwrap();
+            }
+            let gets =
+                a_gets.snapshot().requests - before_a + b_gets.snapshot().requests - before_b;
+            assert_eq!(gets, 4, "one GET per object between the two");
+            // Nothing left claimed.
+            a.cache().flush();
+            b.cache().flush();
+            let claims = std::fs::read_dir(cache_dir.path().join("claims"))
+                .unwrap()
+                .count();
+            assert_eq!(claims, 0);
+        });
+    });
+}
+
+#[test]
 fn the_disk_stays_within_its_budget_while_reads_run() {
     no_hang("disk budget", || {
         let data = tempfile::tempdir().unwrap();

@@ -33,6 +33,8 @@ pub(crate) struct Disk {
     tmp: PathBuf,
     /// Where the processes' counters are recorded, one file each.
     ranks: PathBuf,
+    /// Where a process claims an entry it is fetching, one locked file each.
+    claims: PathBuf,
     /// This process's name in `tmp/` and `ranks/`.
     name: String,
     /// Held shared for the life of the cache: a process that gets it exclusively is alone.
@@ -40,6 +42,24 @@ pub(crate) struct Disk {
     /// Held for the life of the cache: a process that gets it knows `tmp` is a dead one's.
     _tmp_lock: File,
     serial: AtomicU64,
+}
+
+/// This process's claim on an entry it fetches: other processes wanting it wait for its
+/// file instead of fetching it too. Let go when dropped (after the entry's file is placed,
+/// or the fetch failed, or the entry was not kept).
+#[derive(Debug)]
+pub(crate) struct Claim {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // Deleted while still locked, so the folder does not fill with claim files; a
+        // process that opened it just before takes the claim on the deleted file, and at
+        // worst fetches the entry a second time.
+        let _ = fs::remove_file(&self.path);
+    }
 }
 
 /// An entry file found when the directory was opened.
@@ -66,6 +86,8 @@ impl Disk {
         let entries = root.join("entries");
         let tmp_root = root.join("tmp");
         let ranks = root.join("ranks");
+        let claims = root.join("claims");
+        fs::create_dir_all(&claims)?;
         fs::create_dir_all(&entries)?;
         fs::create_dir_all(&tmp_root)?;
         fs::create_dir_all(&ranks)?;
@@ -133,6 +155,7 @@ impl Disk {
             entries,
             tmp,
             ranks,
+            claims,
             name,
             _users: users,
             _tmp_lock: tmp_lock,
@@ -191,6 +214,18 @@ impl Disk {
                 Some((name, fs::read_to_string(item.path()).ok()?))
             })
             .collect()
+    }
+
+    /// Claim entry `id` for a fetch by this process: `None` while another process holds
+    /// it (fetching it). The OS lets go of a claim when its process dies, so a dead one's
+    /// is taken over at once.
+    pub fn claim(&self, id: EntryId) -> Option<Claim> {
+        let path = self.claims.join(format!("{id:032x}"));
+        let file = open_lock(&path).ok()?;
+        match file.try_lock() {
+            Ok(()) => Some(Claim { path, _file: file }),
+            Err(_) => None,
+        }
     }
 
     /// The directory, for messages.

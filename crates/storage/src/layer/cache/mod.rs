@@ -50,7 +50,7 @@ use futures::future::{self, BoxFuture, FutureExt};
 use futures::stream::{BoxStream, StreamExt};
 
 use crate::{Error, ErrorKind, GetOptions, GetResult, ObjectMeta, Result, Served, Storage};
-use disk::Disk;
+use disk::{Claim, Disk};
 use entry::{EntryId, Origin, Rejected, Unit, blocks_of, decode, entry_id};
 use metrics::Counters;
 use state::{State, lock};
@@ -74,6 +74,10 @@ const CHANGED_ATTEMPTS: usize = 3;
 
 /// Announced reads are added to the plan this many at a time, releasing the lock between.
 const ANNOUNCE_SLICE: usize = 4096;
+
+/// How long a read waits for another process's fetch of an entry (its claim) before it
+/// fetches the entry itself: past it, a second request costs less than a stalled read.
+const CLAIM_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How much to cache, where, and by which rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +149,8 @@ struct Shared {
     flights: Mutex<HashMap<EntryId, Flight>>,
     /// HEADs under way, by key.
     heads: Mutex<HashMap<String, HeadFlight>>,
+    /// Entries this process claimed in the directory and is fetching.
+    claims: Mutex<HashMap<EntryId, Claim>>,
 }
 
 /// A flight's bytes and what its request met.
@@ -234,6 +240,7 @@ impl<S: Storage + 'static> CacheStore<S> {
                     writer,
                     flights: Mutex::new(HashMap::new()),
                     heads: Mutex::new(HashMap::new()),
+                    claims: Mutex::new(HashMap::new()),
                 }),
             },
             inner: Arc::new(inner),
@@ -594,6 +601,20 @@ impl Shared {
     fn store(&self, key: &str, unit: Unit, origin: Option<&Origin>, bytes: Bytes, slice: bool) {
         let id = entry_id(&self.backend, key, unit);
         self.keep_in_memory(id, &bytes, slice);
+        self.queue_write(id, key, unit, origin, bytes);
+        // Not queued (no directory, writes off, the writer behind): the claim goes now.
+        lock(&self.claims).remove(&id);
+    }
+
+    /// Hand a fetched unit to the writer, with this process's claim on it.
+    fn queue_write(
+        &self,
+        id: EntryId,
+        key: &str,
+        unit: Unit,
+        origin: Option<&Origin>,
+        bytes: Bytes,
+    ) {
         let (Some(origin), Some(writer)) = (origin, &self.writer) else {
             return;
         };
@@ -612,12 +633,14 @@ impl Shared {
         // the rule takes: a refusal costs no write.
         state.pending_write_bytes += payload;
         state.queued.insert(id, bytes.clone());
+        let claim = lock(&self.claims).remove(&id);
         let queued = writer.send(Job::Write {
             id,
             key: key.to_owned(),
             unit,
             origin: origin.clone(),
             payload: bytes,
+            claim,
         });
         if !queued {
             state.queued.remove(&id);
@@ -672,6 +695,79 @@ impl<S: Storage + 'static> CacheStore<S> {
             .known
             .insert(key.to_owned(), origin.clone());
         Ok((Some(origin), true))
+    }
+
+    /// Claim `units` for this process's fetch; for those another process claimed, wait
+    /// (at most [`CLAIM_PATIENCE`]) for its file or for its claim to go, and read the file.
+    /// The bytes found, and the units left to fetch.
+    async fn await_claims(
+        &self,
+        key: &str,
+        units: Vec<(EntryId, Unit)>,
+        origin: Option<&Origin>,
+    ) -> (HashMap<EntryId, Bytes>, Vec<(EntryId, Unit)>) {
+        let Some(disk) = self.shared().disk.clone() else {
+            return (HashMap::new(), units);
+        };
+        let mut waiting = Vec::new();
+        {
+            // Flights before claims, everywhere both are held.
+            let flights = lock(&self.shared().flights);
+            let mut claims = lock(&self.shared().claims);
+            for &(id, unit) in &units {
+                // This process's own flight of it, or its claim, already: nothing to wait for.
+                if claims.contains_key(&id) || flights.contains_key(&id) {
+                    continue;
+                }
+                match disk.claim(id) {
+                    Some(claim) => {
+                        claims.insert(id, claim);
+                    }
+                    None => waiting.push((id, unit)),
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return (HashMap::new(), units);
+        }
+        let deadline = tokio::time::Instant::now() + CLAIM_PATIENCE;
+        let mut pause = std::time::Duration::from_millis(1);
+        let mut ready = Vec::new();
+        while !waiting.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            waiting.retain(|&(id, unit)| {
+                if disk.exists(id) {
+                    ready.push((id, unit));
+                    return false;
+                }
+                // Let go without a file (not kept, failed, or its process died): ours now.
+                match disk.claim(id) {
+                    Some(claim) => {
+                        lock(&self.shared().claims).insert(id, claim);
+                        false
+                    }
+                    None => true,
+                }
+            });
+        }
+        let mut found = HashMap::new();
+        if !ready.is_empty() {
+            let bytes = self
+                .shared()
+                .read_disk(key, ready.clone(), origin.cloned())
+                .await;
+            for ((id, _), bytes) in ready.iter().zip(bytes) {
+                if let Some(bytes) = bytes {
+                    found.insert(*id, bytes);
+                }
+            }
+        }
+        let rest = units
+            .into_iter()
+            .filter(|(id, _)| !found.contains_key(id))
+            .collect();
+        (found, rest)
     }
 
     /// The bytes of `units` of `key` that neither tier had when looked up: each run of
@@ -877,6 +973,13 @@ impl<S: Storage + 'static> CacheStore<S> {
             for (id, _) in &own {
                 flights.remove(id);
             }
+            drop(flights);
+            // Claims of entries not handed to the writer (a failed read, a rewrite): let go.
+            let mut claims = lock(&shared.claims);
+            for (id, _) in &own {
+                claims.remove(id);
+            }
+            drop(claims);
             result
         }
         .boxed()
@@ -920,13 +1023,39 @@ impl<S: Storage + 'static> CacheStore<S> {
             .filter(|(_, p)| p.is_none())
             .map(|(u, _)| *u)
             .collect();
+        // Entries another process of the node is fetching: their files, once there.
+        let missing = if missing.is_empty() || read.repeat {
+            missing
+        } else {
+            let (mut found, rest) = self.await_claims(key, missing, origin.as_ref()).await;
+            for (i, part) in parts.iter_mut().enumerate() {
+                if part.is_none()
+                    && let Some(bytes) = found.remove(&units[i].0)
+                {
+                    *part = Some(bytes);
+                }
+            }
+            rest
+        };
         let counters = &self.shared().counters;
         let served: u64 = parts.iter().flatten().map(|b| b.len() as u64).sum();
         Counters::add(&counters.bytes_served, served);
         Counters::add(&counters.misses, missing.len() as u64);
         let mut served = Served::default();
         if !missing.is_empty() {
-            let (fetched, met) = self.fetch(key, &missing, origin.as_ref(), read).await?;
+            let fetched = self.fetch(key, &missing, origin.as_ref(), read).await;
+            // Claims of entries whose fetch is over (kept or not) go; those of a flight
+            // still under way go with it.
+            {
+                let flights = lock(&self.shared().flights);
+                let mut claims = lock(&self.shared().claims);
+                for (id, _) in &missing {
+                    if !flights.contains_key(id) {
+                        claims.remove(id);
+                    }
+                }
+            }
+            let (fetched, met) = fetched?;
             served = met;
             let mut fetched = fetched.into_iter();
             for part in parts.iter_mut().filter(|p| p.is_none()) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::disk::Disk;
+use super::disk::{Claim, Disk};
 use super::entry::{EntryId, Origin, Unit, encode};
 use super::journal::{Held, Journal, Record};
 use super::metrics::{Counters, NodeSnapshot};
@@ -38,6 +38,8 @@ pub(crate) enum Job {
         unit: Unit,
         origin: Origin,
         payload: Bytes,
+        /// Let go once the file is in place (or not kept).
+        claim: Option<Claim>,
     },
     /// A file found corrupt or stale.
     Delete(EntryId),
@@ -175,9 +177,11 @@ impl Books {
                 unit,
                 origin,
                 payload,
+                claim,
             } => {
                 let len = payload.len() as u64;
                 let result = self.write(id, &encode(&key, unit, &origin, &payload));
+                drop(claim);
                 let mut state = lock(&self.state);
                 state.queued.remove(&id);
                 // Replaced (or let go): a bad file of it, if there was one, is gone.
