@@ -453,6 +453,11 @@ fn node_ranks_from(
         })
     };
     let (rank, world) = (options.rank, options.world_size.max(1));
+    if world == 1 {
+        // One rank reads it all (under torchrun too, if so configured): no other rank's
+        // reads to announce, whatever the launcher's variables say.
+        return Ok(rank..rank + 1);
+    }
     let ranks = options
         .cache
         .node_ranks
@@ -691,6 +696,11 @@ mod tests {
         o.rank = 1;
         o.cache.local_rank = None;
         assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 0..2);
+        // One rank alone, as a loader without ranks under torchrun is.
+        o.world_size = 1;
+        o.rank = 0;
+        let torchrun = env(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "3")]);
+        assert_eq!(node_ranks_from(&o, torchrun).unwrap(), 0..1);
     }
 
     #[test]

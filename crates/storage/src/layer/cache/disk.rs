@@ -99,9 +99,17 @@ impl Disk {
                     let path = stale?.path();
                     let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
                 }
-                // A new node's run: the counters of the last one's processes go.
-                for old in fs::read_dir(&ranks)? {
+                // A new node's run: the counters of the last one's processes go, and the
+                // claims and half-written ledgers of processes killed.
+                for old in fs::read_dir(&ranks)?.chain(fs::read_dir(&claims)?) {
                     let _ = fs::remove_file(old?.path());
+                }
+                for item in fs::read_dir(root)?.flatten() {
+                    let name = item.file_name();
+                    let name = name.to_string_lossy();
+                    if name.starts_with("journal.") && name.ends_with(".new") {
+                        let _ = fs::remove_file(item.path());
+                    }
                 }
                 let found = scan(&entries)?;
                 let Some(mut held) = journal.lock(TIDY_PATIENCE)? else {
@@ -219,13 +227,23 @@ impl Disk {
     /// Claim entry `id` for a fetch by this process: `None` while another process holds
     /// it (fetching it). The OS lets go of a claim when its process dies, so a dead one's
     /// is taken over at once.
-    pub fn claim(&self, id: EntryId) -> Option<Claim> {
+    /// An error: no claim can be made (a full disk, a quota): fetch without one.
+    pub fn claim(&self, id: EntryId) -> io::Result<Option<Claim>> {
         let path = self.claims.join(format!("{id:032x}"));
-        let file = open_lock(&path).ok()?;
-        match file.try_lock() {
-            Ok(()) => Some(Claim { path, _file: file }),
-            Err(_) => None,
+        for _ in 0..3 {
+            let file = open_lock(&path)?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+            }
+            // Locked a file its holder deleted as this one opened it: not the claim that
+            // others see at the path; open it again.
+            if same_file(&file, &path) {
+                return Ok(Some(Claim { path, _file: file }));
+            }
         }
+        Ok(None)
     }
 
     /// The directory, for messages.
@@ -292,6 +310,22 @@ impl Disk {
     }
 }
 
+/// Whether `file` is the one at `path` now.
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    }
+}
+
+/// Whether `file` is the one at `path` now.
+#[cfg(not(unix))]
+fn same_file(_: &File, path: &Path) -> bool {
+    path.exists()
+}
+
 /// The entry files under `entries`, oldest first.
 fn scan(entries: &Path) -> io::Result<Vec<Found>> {
     let mut found = Vec::new();
@@ -303,7 +337,13 @@ fn scan(entries: &Path) -> io::Result<Vec<Found>> {
         for file in fs::read_dir(fan.path())? {
             let file = file?;
             let name = file.file_name();
-            let Some(id) = name.to_str().and_then(|n| u128::from_str_radix(n, 16).ok()) else {
+            // Only the names this cache gives: another file would be counted under an id
+            // whose path is elsewhere, and never deleted.
+            let Some(id) = name
+                .to_str()
+                .filter(|n| n.len() == 32 && fan.file_name().to_str() == Some(&n[..2]))
+                .and_then(|n| u128::from_str_radix(n, 16).ok())
+            else {
                 continue;
             };
             let meta = file.metadata()?;

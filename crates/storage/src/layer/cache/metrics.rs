@@ -202,7 +202,7 @@ impl NodeSnapshot {
         }
         self.processes += 1;
         for ((_, total), (_, value)) in self.fields().into_iter().zip(record.fields()) {
-            *total += *value;
+            *total = total.saturating_add(*value);
         }
         Some(())
     }

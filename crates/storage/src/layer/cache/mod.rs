@@ -382,6 +382,53 @@ impl Cache {
     }
 }
 
+/// The claims one read took in the directory: let go when it is dropped (the read done,
+/// failed or cancelled), except those a flight of this process is fetching (its end lets
+/// them go, or hands them to the writer).
+struct Claimed {
+    shared: Arc<Shared>,
+    ids: Vec<EntryId>,
+}
+
+impl Claimed {
+    /// Claim `id` for this read; true if this process holds it now (this read, another read's
+    /// flight, or no claim to be had: a full disk), false if another process does.
+    fn take(&mut self, disk: &Disk, id: EntryId) -> bool {
+        // Flights before claims, everywhere both are held.
+        let flights = lock(&self.shared.flights);
+        let mut claims = lock(&self.shared.claims);
+        if claims.contains_key(&id) || flights.contains_key(&id) {
+            return true;
+        }
+        match disk.claim(id) {
+            Ok(Some(claim)) => {
+                claims.insert(id, claim);
+                self.ids.push(id);
+                true
+            }
+            Ok(None) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// Let go of this read's claims not taken on by a flight.
+    fn release(&mut self) {
+        let flights = lock(&self.shared.flights);
+        let mut claims = lock(&self.shared.claims);
+        for id in self.ids.drain(..) {
+            if !flights.contains_key(&id) {
+                claims.remove(&id);
+            }
+        }
+    }
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// Where the bytes of one unit of a read come from.
 enum Source {
     Have(Bytes),
@@ -423,13 +470,13 @@ impl Shared {
         ids.iter()
             .map(|&id| {
                 state.plan.read(id);
+                state.node_plan.read(id);
                 if let Some(bytes) = state.memory.read(id, &mut state.plan) {
                     Counters::add(&self.counters.memory_hits, 1);
                     return Source::Have(bytes.clone());
                 }
                 // Told to the rule whoever wrote it; looked for by name even when the ledger
                 // was not followed since another process wrote it.
-                state.node_plan.read(id);
                 state.disk.read(id, &mut state.node_plan);
                 if let Some(bytes) = state.queued.get(&id) {
                     Counters::add(&self.counters.disk_hits, 1);
@@ -487,7 +534,12 @@ impl Shared {
             wanted
                 .iter()
                 .map(|&(id, unit)| {
-                    let file = disk.read(id).ok().flatten()?;
+                    // A file there but unreadable (permissions, a bad sector) is bad too:
+                    // taken for missing, it would be chosen again and again.
+                    let file = match disk.read(id) {
+                        Ok(file) => file?,
+                        Err(_) => return Some(Err(Rejected::Other)),
+                    };
                     Some(match &origin_of {
                         Some(origin) => decode(file, &key_owned, unit, origin),
                         None => Err(Rejected::Stale),
@@ -527,13 +579,16 @@ impl Shared {
                 // another process's eviction, or a write a kill cut short: fetched again,
                 // and written again if the ledger still counts it.
                 let Some(counter) = counter else { continue };
-                if state.deleting.insert(id) {
+                if state.found_bad.insert(id) {
                     Counters::add(counter, 1);
-                    if let Some(w) = &self.writer
-                        && !w.send(Job::Delete(id))
-                    {
-                        state.deleting.remove(&id);
-                    }
+                }
+                if state.deleting.insert(id)
+                    && !self
+                        .writer
+                        .as_ref()
+                        .is_some_and(|w| w.send(Job::Delete(id)))
+                {
+                    state.deleting.remove(&id);
                 }
             }
         }
@@ -698,41 +753,35 @@ impl<S: Storage + 'static> CacheStore<S> {
     }
 
     /// Claim `units` for this process's fetch; for those another process claimed, wait
-    /// (at most [`CLAIM_PATIENCE`]) for its file or for its claim to go, and read the file.
-    /// The bytes found, and the units left to fetch.
+    /// (at most [`CLAIM_PATIENCE`]) for its file, and read the file. The bytes found, the
+    /// units left to fetch, and this read's claims (let go when dropped, whatever becomes of
+    /// the read, unless a flight of this process took them on). A read that must wait holds
+    /// no claim meanwhile: two processes each holding what the other waits for would stall.
     async fn await_claims(
         &self,
         key: &str,
         units: Vec<(EntryId, Unit)>,
         origin: Option<&Origin>,
-    ) -> (HashMap<EntryId, Bytes>, Vec<(EntryId, Unit)>) {
-        let Some(disk) = self.shared().disk.clone() else {
-            return (HashMap::new(), units);
+    ) -> (HashMap<EntryId, Bytes>, Vec<(EntryId, Unit)>, Claimed) {
+        let mut claimed = Claimed {
+            shared: Arc::clone(self.shared()),
+            ids: Vec::new(),
         };
-        let mut waiting = Vec::new();
-        {
-            // Flights before claims, everywhere both are held.
-            let flights = lock(&self.shared().flights);
-            let mut claims = lock(&self.shared().claims);
-            for &(id, unit) in &units {
-                // This process's own flight of it, or its claim, already: nothing to wait for.
-                if claims.contains_key(&id) || flights.contains_key(&id) {
-                    continue;
-                }
-                match disk.claim(id) {
-                    Some(claim) => {
-                        claims.insert(id, claim);
-                    }
-                    None => waiting.push((id, unit)),
-                }
-            }
-        }
+        let Some(disk) = self.shared().disk.clone() else {
+            return (HashMap::new(), units, claimed);
+        };
+        let waiting: Vec<(EntryId, Unit)> = units
+            .iter()
+            .copied()
+            .filter(|&(id, _)| !claimed.take(&disk, id))
+            .collect();
         if waiting.is_empty() {
-            return (HashMap::new(), units);
+            return (HashMap::new(), units, claimed);
         }
+        claimed.release();
         let deadline = tokio::time::Instant::now() + CLAIM_PATIENCE;
         let mut pause = std::time::Duration::from_millis(1);
-        let mut ready = Vec::new();
+        let (mut waiting, mut ready) = (waiting, Vec::new());
         while !waiting.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(std::time::Duration::from_millis(20));
@@ -741,14 +790,8 @@ impl<S: Storage + 'static> CacheStore<S> {
                     ready.push((id, unit));
                     return false;
                 }
-                // Let go without a file (not kept, failed, or its process died): ours now.
-                match disk.claim(id) {
-                    Some(claim) => {
-                        lock(&self.shared().claims).insert(id, claim);
-                        false
-                    }
-                    None => true,
-                }
+                // Let go without a file (not kept, failed, its process died): fetched here.
+                !matches!(disk.claim(id), Ok(Some(_)) | Err(_))
             });
         }
         let mut found = HashMap::new();
@@ -763,11 +806,14 @@ impl<S: Storage + 'static> CacheStore<S> {
                 }
             }
         }
-        let rest = units
+        let rest: Vec<(EntryId, Unit)> = units
             .into_iter()
             .filter(|(id, _)| !found.contains_key(id))
             .collect();
-        (found, rest)
+        for &(id, _) in &rest {
+            claimed.take(&disk, id);
+        }
+        (found, rest, claimed)
     }
 
     /// The bytes of `units` of `key` that neither tier had when looked up: each run of
@@ -1024,10 +1070,12 @@ impl<S: Storage + 'static> CacheStore<S> {
             .map(|(u, _)| *u)
             .collect();
         // Entries another process of the node is fetching: their files, once there.
+        let mut claimed = None;
         let missing = if missing.is_empty() || read.repeat {
             missing
         } else {
-            let (mut found, rest) = self.await_claims(key, missing, origin.as_ref()).await;
+            let (mut found, rest, held) = self.await_claims(key, missing, origin.as_ref()).await;
+            claimed = Some(held);
             for (i, part) in parts.iter_mut().enumerate() {
                 if part.is_none()
                     && let Some(bytes) = found.remove(&units[i].0)
@@ -1046,15 +1094,7 @@ impl<S: Storage + 'static> CacheStore<S> {
             let fetched = self.fetch(key, &missing, origin.as_ref(), read).await;
             // Claims of entries whose fetch is over (kept or not) go; those of a flight
             // still under way go with it.
-            {
-                let flights = lock(&self.shared().flights);
-                let mut claims = lock(&self.shared().claims);
-                for (id, _) in &missing {
-                    if !flights.contains_key(id) {
-                        claims.remove(id);
-                    }
-                }
-            }
+            drop(claimed);
             let (fetched, met) = fetched?;
             served = met;
             let mut fetched = fetched.into_iter();

@@ -234,7 +234,7 @@ fn take_until(
         if freed >= need {
             break;
         }
-        freed += size_of(id);
+        freed = freed.saturating_add(size_of(id));
         out.push(id);
     }
     (freed >= need).then_some(out)

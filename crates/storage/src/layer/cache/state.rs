@@ -30,9 +30,11 @@ pub(crate) struct State {
     pub disk_stats: TierStats,
     /// Entries fetched and waiting for the writer: served from here meanwhile.
     pub queued: HashMap<EntryId, Bytes>,
-    /// Entry files found bad, until the writer has written them again: counted once however
-    /// many readers find them so, and not read again meanwhile.
+    /// Entry files found bad and queued for deletion: not read again until deleted.
     pub deleting: HashSet<EntryId>,
+    /// Entry files found bad, until the writer writes them again: counted once however many
+    /// readers (racing with the deletion) find them so.
+    pub found_bad: HashSet<EntryId>,
     /// Objects as this run sees them.
     pub known: HashMap<String, Origin>,
     /// Objects whose ranged reads are not checked against their version: their store's
@@ -61,6 +63,7 @@ impl State {
             disk_stats: TierStats::default(),
             queued: HashMap::new(),
             deleting: HashSet::new(),
+            found_bad: HashSet::new(),
             known: HashMap::new(),
             unchecked: HashSet::new(),
             disk_writes: false,

@@ -48,6 +48,11 @@ impl<V> Tier<V> {
         self.entries.len()
     }
 
+    /// The size `id` is held at.
+    pub fn size_of(&self, id: EntryId) -> Option<u64> {
+        self.entries.get(&id).map(|(size, _)| *size)
+    }
+
     /// Whether it holds `id`.
     pub fn contains(&self, id: EntryId) -> bool {
         self.entries.contains_key(&id)
@@ -102,9 +107,10 @@ impl<V> Tier<V> {
     /// Hold `id` of `size` bytes whatever the budget: another process put it there.
     pub fn insert(&mut self, id: EntryId, size: u64, value: V, plan: &mut Plan) {
         if let Some((old, _)) = self.entries.insert(id, (size, value)) {
-            self.used -= old;
+            self.used = self.used.saturating_sub(old);
         }
-        self.used += size;
+        // Sizes come from a file other processes write: a damaged one must not overflow.
+        self.used = self.used.saturating_add(size);
         self.policy.inserted(id, plan);
     }
 
@@ -126,7 +132,7 @@ impl<V> Tier<V> {
                     .iter()
                     .take_while(|(_, (size, _))| {
                         let more = freed < need;
-                        freed += size;
+                        freed = freed.saturating_add(*size);
                         more
                     })
                     .map(|(&id, _)| id)
@@ -149,7 +155,7 @@ impl<V> Tier<V> {
     /// Let `id` go.
     pub fn remove(&mut self, id: EntryId) -> Option<V> {
         let (size, value) = self.entries.remove(&id)?;
-        self.used -= size;
+        self.used = self.used.saturating_sub(size);
         self.policy.removed(id);
         Some(value)
     }

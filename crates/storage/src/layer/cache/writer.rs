@@ -60,6 +60,9 @@ struct Books {
     state: Arc<Mutex<State>>,
     counters: Arc<Counters>,
     warned: AtomicBool,
+    /// The last wait for the ledger ran out: the next ones do not wait, until one gets it
+    /// (a queue of writes behind a stopped process must not each wait in turn).
+    stalled: bool,
 }
 
 impl Writer {
@@ -77,6 +80,7 @@ impl Writer {
             state,
             counters,
             warned: AtomicBool::new(false),
+            stalled: false,
         };
         books.start()?;
         let (tx, rx) = mpsc::channel::<Job>();
@@ -185,7 +189,7 @@ impl Books {
                 let mut state = lock(&self.state);
                 state.queued.remove(&id);
                 // Replaced (or let go): a bad file of it, if there was one, is gone.
-                state.deleting.remove(&id);
+                state.found_bad.remove(&id);
                 state.pending_write_bytes = state.pending_write_bytes.saturating_sub(len);
                 if let Err(e) = result {
                     Counters::add(&self.counters.write_errors, 1);
@@ -214,11 +218,17 @@ impl Books {
                 return Ok(());
             };
             let replay = held.replay()?;
-            let admitted = {
+            let (stale_size, admitted) = {
                 let mut state = lock(&books);
                 let state = &mut *state;
                 state.follow(replay);
-                if state.disk.contains(id) {
+                // Counted at another length (an object rewritten since a kill left its
+                // entry counted without a file): booked anew at this one.
+                let stale_size = state.disk.size_of(id).is_some_and(|counted| counted != len);
+                if stale_size {
+                    state.disk.remove(id);
+                }
+                let admitted = if state.disk.contains(id) {
                     None
                 } else {
                     match state.disk.admit(id, len, (), &mut state.node_plan) {
@@ -232,14 +242,21 @@ impl Books {
                             Some(Err(()))
                         }
                     }
-                }
+                };
+                (stale_size, admitted)
             };
             match admitted {
                 // Booked by another process (or by this one, and its file lost to a kill):
                 // written again only if its file is missing.
                 None if disk.exists(id) => return Ok(()),
                 None => {}
-                Some(Err(())) => return Ok(()),
+                Some(Err(())) => {
+                    if stale_size {
+                        disk.delete(id);
+                        held.append(&[Record::Remove { id }])?;
+                    }
+                    return Ok(());
+                }
                 Some(Ok(victims)) => {
                     // Files go before their records: a kill between leaves entries counted
                     // without files, never files the budget does not count.
@@ -250,6 +267,10 @@ impl Books {
                             Record::Remove { id: victim }
                         })
                         .collect();
+                    if stale_size {
+                        disk.delete(id);
+                        records.push(Record::Remove { id });
+                    }
                     records.push(Record::Add { id, len });
                     held.append(&records)?;
                     compact(&books, &mut held)?;
@@ -263,11 +284,20 @@ impl Books {
                 return Err(e);
             }
         };
-        let Some(mut held) = self.lock()? else {
-            disk.discard(&staged);
-            return Ok(());
+        let mut held = match self.lock() {
+            Ok(Some(held)) => held,
+            other => {
+                disk.discard(&staged);
+                return other.map(|_| ());
+            }
         };
-        let replay = held.replay()?;
+        let replay = match held.replay() {
+            Ok(replay) => replay,
+            Err(e) => {
+                disk.discard(&staged);
+                return Err(e);
+            }
+        };
         let counted = {
             let mut state = lock(&books);
             state.follow(replay);
@@ -292,9 +322,16 @@ impl Books {
             counters,
             warned,
             disk,
+            stalled,
             ..
         } = self;
-        let held = journal.lock(LEDGER_PATIENCE)?;
+        let patience = if *stalled {
+            Duration::ZERO
+        } else {
+            LEDGER_PATIENCE
+        };
+        let held = journal.lock(patience)?;
+        *stalled = held.is_none();
         if held.is_none() {
             Counters::add(&counters.dropped_writes, 1);
             if !warned.swap(true, Ordering::Relaxed) {
@@ -312,17 +349,20 @@ impl Books {
     /// A file found corrupt or stale, or one that could not be written: deleted, and the
     /// ledger told.
     fn delete(&mut self, id: EntryId) {
-        let disk = Arc::clone(&self.disk);
-        disk.delete(id);
-        if let Ok(Some(mut held)) = self.journal.lock(LEDGER_PATIENCE)
+        let (disk, books) = (Arc::clone(&self.disk), Arc::clone(&self.state));
+        // Under the lock: unlinked outside it, the file another process puts in place
+        // meanwhile would go uncounted once the record of this deletion came.
+        if let Ok(Some(mut held)) = self.lock()
             && let Ok(replay) = held.replay()
         {
-            let mut state = lock(&self.state);
+            let mut state = lock(&books);
             state.follow(replay);
+            disk.delete(id);
             if state.disk.remove(id).is_some() {
                 let _ = held.append(&[Record::Remove { id }]);
             }
         }
+        lock(&books).deleting.remove(&id);
     }
 }
 
