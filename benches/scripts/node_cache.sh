@@ -72,9 +72,12 @@ images = sum(r["images"] for r in runs) // 2
 # over both: the first epoch needs one per image, the rest are the second epoch's.
 second = total - images
 rates = [r["epochs"][1]["images_per_sec"] for r in runs]
+# The median rank: a rank that ran far ahead reads much of its second epoch before the
+# first ends, and its rate over what is left says little.
+median = sorted(rates)[len(rates) // 2]
 print(f"{setup:>8}: {total} GETs over both epochs of {images} images: second epoch "
-      f"{second} ({second / images:.3f} per image); second epoch img/s per rank "
-      f"{sum(rates) / len(rates):.0f} (min {min(rates):.0f}, max {max(rates):.0f})")
+      f"{second} ({second / images:.3f} per image); second epoch img/s of the median rank "
+      f"{median:.0f} (slowest {min(rates):.0f})")
 PY
   done
 done

@@ -495,6 +495,39 @@ fn a_nodes_ranks_share_one_directory_and_epoch_two_makes_no_request() {
 }
 
 #[test]
+fn after_a_restripe_the_new_ranks_read_what_the_old_ones_cached() {
+    no_hang("node cache, restripe", || {
+        let node = node(96, 5, "data");
+        let cache = tempfile::tempdir().unwrap();
+        // 4 ranks read an epoch; the job goes on with 2 (a node lost half its GPUs): each
+        // of them now reads samples other ranks cached.
+        let (first, _) = run_node(
+            &node,
+            cache.path(),
+            64 << 20,
+            CachePolicy::Future,
+            4,
+            1,
+            false,
+        );
+        check_reads(&node, &first, 1);
+        let (second, _) = run_node(
+            &node,
+            cache.path(),
+            64 << 20,
+            CachePolicy::Future,
+            2,
+            1,
+            false,
+        );
+        check_reads(&node, &second, 1);
+        let [requests, hits, misses, _] = totals(&second, 0..1);
+        assert_eq!((requests, misses), (0, 0), "the 2 ranks fetched");
+        assert_eq!(hits, node.dataset.len() as u64);
+    });
+}
+
+#[test]
 fn with_half_the_dataset_the_node_keeps_what_its_ranks_read_next() {
     no_hang("node cache, half the dataset", || {
         let node = node(1600, 1, "data");
