@@ -527,6 +527,8 @@ _OPTIONS = {
     "cache_size": "cache.size",
     "cache_policy": "cache.policy",
     "cache_block": "cache.block",
+    "cache_node_ranks": "cache.node_ranks",
+    "cache_local_rank": "cache.local_rank",
 }
 
 
@@ -687,6 +689,10 @@ class DataLoader:
             ``coalesce_gap`` bytes are read in one request of at most
             ``max_coalesced_bytes`` (default 256 KiB and 16 MiB).
         cache_block: the unit of ranged reads in the cache, in bytes.
+        cache_node_ranks, cache_local_rank: the ranks of this node that share
+            ``cache_dir``, and this one's place among them; the cache keeps by all their
+            reads (default: ``LOCAL_WORLD_SIZE``/``LOCAL_RANK`` as torchrun sets them, or
+            SLURM's ``SLURM_NTASKS_PER_NODE``/``SLURM_LOCALID``; else this rank alone).
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
         pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
             True)`` overlaps with compute. Images are collated straight into blocks of
@@ -766,6 +772,8 @@ class DataLoader:
         coalesce_gap: int | None = None,
         max_coalesced_bytes: int | None = None,
         cache_block: int | None = None,
+        cache_node_ranks: int | None = None,
+        cache_local_rank: int | None = None,
         output: Literal["auto", "torch", "numpy"] = "auto",
         pin_memory: bool = False,
         fields: str | Sequence[str] | None = None,
