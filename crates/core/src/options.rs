@@ -281,6 +281,21 @@ impl LoaderOptions {
                 "storage.request_timeout must be above 0 seconds (none: no deadline)".into(),
             ));
         }
+        if self.cache.node_ranks == Some(0) {
+            return Err(ConfigError::Option(
+                "cache.node_ranks must be at least 1 (none: from the launcher)".into(),
+            ));
+        }
+        if self.cache.dir.is_none()
+            && (self.cache.node_ranks.is_some() || self.cache.local_rank.is_some())
+        {
+            // Only a directory is shared by a node's ranks: memory is each process's own.
+            return Err(ConfigError::Option(
+                "cache.node_ranks and cache.local_rank say which ranks share cache.dir: set \
+                 cache.dir too, or leave them unset"
+                    .into(),
+            ));
+        }
         self.engine_config().validate().map_err(ConfigError::Engine)
     }
 
@@ -701,6 +716,14 @@ mod tests {
         o.rank = 0;
         let torchrun = env(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "3")]);
         assert_eq!(node_ranks_from(&o, torchrun).unwrap(), 0..1);
+        // Settings of a node that shares no directory are refused, not ignored.
+        let mut shared = LoaderOptions::default();
+        shared.cache.node_ranks = Some(4);
+        assert!(shared.validate().is_err());
+        shared.cache.dir = Some("/tmp/cache".into());
+        assert!(shared.validate().is_ok());
+        shared.cache.node_ranks = Some(0);
+        assert!(shared.validate().is_err());
     }
 
     #[test]

@@ -63,6 +63,8 @@ struct Books {
     /// The last wait for the ledger ran out: the next ones do not wait, until one gets it
     /// (a queue of writes behind a stopped process must not each wait in turn).
     stalled: bool,
+    /// The counters last recorded for the node's totals.
+    recorded: Option<String>,
 }
 
 impl Writer {
@@ -81,6 +83,7 @@ impl Writer {
             counters,
             warned: AtomicBool::new(false),
             stalled: false,
+            recorded: None,
         };
         books.start()?;
         let (tx, rx) = mpsc::channel::<Job>();
@@ -155,9 +158,14 @@ impl Books {
     }
 
     /// Record this process's counters for the node's totals.
-    fn record(&self) {
+    fn record(&mut self) {
         let snapshot = lock(&self.state).snapshot(&self.counters);
-        self.disk.record(&NodeSnapshot::of(&snapshot).to_text());
+        let text = NodeSnapshot::of(&snapshot).to_text();
+        // An idle process does not rewrite the same record every half second.
+        if self.recorded.as_deref() != Some(text.as_str()) {
+            self.disk.record(&text);
+            self.recorded = Some(text);
+        }
     }
 
     /// Read what the others did, if the ledger is free now.
