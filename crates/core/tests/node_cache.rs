@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use loader_core::storage::layer::{CacheConfig, CachePolicy};
 use loader_core::{DataLoader, Dataset, Fetch, RawBatch, SampleInfo, StorageExt, from_url};
+use loader_testkit::disk_usage::du;
 use loader_testkit::watchdog::no_hang;
 use loader_testkit::{DatasetSpec, S3Server};
 
@@ -224,35 +225,6 @@ fn parse(out: &str) -> Report {
         }
     }
     report
-}
-
-/// Bytes of the files under `dirs` at one instant, or fewer (see the storage tests' `du`).
-fn du(dirs: &[PathBuf]) -> u64 {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(read) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in read.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    for dir in dirs {
-        walk(dir, &mut files);
-    }
-    let seen: Vec<(PathBuf, u64)> = files
-        .into_iter()
-        .filter_map(|p| p.metadata().ok().map(|m| (p, m.len())))
-        .collect();
-    seen.iter()
-        .filter(|(p, _)| p.exists())
-        .map(|(_, len)| len)
-        .sum()
 }
 
 /// The dataset on its server, and the bytes each sample's object and entry file take.

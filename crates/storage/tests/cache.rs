@@ -13,6 +13,7 @@ use futures::TryStreamExt;
 use loader_storage::layer::{CacheConfig, CachePolicy, CacheStore, Latency, MetricsStore};
 use loader_storage::{DynStorage, Storage, StorageExt, from_url};
 use loader_testkit::S3Server;
+use loader_testkit::disk_usage::{du, walk};
 use loader_testkit::watchdog::no_hang;
 
 const BUCKET: &str = "data";
@@ -50,40 +51,6 @@ fn config(dir: &Path, memory: u64, disk: u64) -> CacheConfig {
         policy: CachePolicy::Future,
         ..CacheConfig::default()
     }
-}
-
-/// Bytes the files under `dirs` held at one instant, or fewer. A walk while the writer
-/// works would see a victim before its deletion and its replacement after its write, so
-/// only the files seen and still there once the whole walk is over are summed: a subset of
-/// the directories at that instant, which never exceeds what they really held. One walk
-/// for all of them: two sums of separate walks would count a victim seen in `entries/`
-/// before its deletion and its replacement seen in `tmp/` after, which never coexisted.
-fn du(dirs: &[PathBuf]) -> u64 {
-    let seen: Vec<(PathBuf, u64)> = dirs
-        .iter()
-        .flat_map(|dir| walk(dir))
-        .filter_map(|p| p.metadata().ok().map(|m| (p, m.len())))
-        .collect();
-    seen.iter()
-        .filter(|(p, _)| p.exists())
-        .map(|(_, len)| len)
-        .sum()
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(read) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in read.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 fn entry_files(dir: &Path) -> Vec<PathBuf> {

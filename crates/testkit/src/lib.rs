@@ -31,6 +31,7 @@
 
 mod background;
 mod dataset;
+pub mod disk_usage;
 mod hooked;
 mod http;
 mod proxy;
