@@ -18,6 +18,18 @@ pub enum Format {
 }
 
 impl Format {
+    /// The format's usual name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Jpeg => "JPEG",
+            Format::Png => "PNG",
+            Format::WebP => "WebP",
+            Format::Bmp => "BMP",
+            Format::Tiff => "TIFF",
+            Format::Pnm => "PNM",
+        }
+    }
+
     /// The format a file extension names, among those this crate decodes (any case):
     /// `jpg`, `jpeg`, `jpe`, `jfif`, `png`, `webp`, `bmp`, `tif`, `tiff`, `ppm`, `pgm`,
     /// `pbm`, `pnm`: every format torchvision's ImageFolder lists. A caller that lists

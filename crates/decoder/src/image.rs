@@ -1,5 +1,7 @@
 //! Decoded pixels.
 
+use crate::{DecodeError, DecodeErrorKind as Kind, Result};
+
 /// An 8-bit image: `height` rows of `width` pixels of `channels` interleaved bytes (HWC).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Image {
@@ -52,4 +54,25 @@ impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Image({}x{}x{})", self.width, self.height, self.channels)
     }
+}
+
+/// The decoded buffer as an image, if it holds exactly the declared pixels; a decoder that
+/// returns less is reported, never indexed past its end.
+pub(crate) fn sized(
+    width: usize,
+    height: usize,
+    channels: usize,
+    data: Vec<u8>,
+    short: Kind,
+    why: &str,
+) -> Result<Image> {
+    if data.len() != width * height * channels {
+        return Err(DecodeError::new(short, why));
+    }
+    Ok(Image {
+        width,
+        height,
+        channels,
+        data,
+    })
 }

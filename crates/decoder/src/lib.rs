@@ -1,6 +1,8 @@
-//! Bytes in, pixels out: JPEG (zune-jpeg), PNG (zune-png), and WebP, BMP, TIFF and PNM
-//! (the `image` crate's decoders) with the format sniffed from magic bytes, and
-//! torchvision's transforms, seeded per sample.
+//! Bytes in, pixels out: JPEG (libjpeg-turbo, Pillow's own decoder, or zune-jpeg in pure
+//! Rust), PNG (zune-png), and WebP, BMP, TIFF and PNM (the `image` crate's decoders) with
+//! the format sniffed from magic bytes, and torchvision's transforms, seeded per sample.
+//! A pipeline that crops first decodes only the crop's region of a JPEG, and with
+//! [`DecodeOptions::draft`] decodes large JPEGs at the reduced scale its resize needs.
 //!
 //! Never panics on any byte string: bad input is a [`DecodeError`] that says what was
 //! wrong, and an image declaring more than [`DecodeOptions::max_pixels`] is refused before
@@ -34,8 +36,9 @@
 //!
 //! # Rooms
 //!
-//! `decode` (JPEG by zune-jpeg, PNG) and `formats` (the others), over `format` (sniffing),
-//! `options` (budget, channels) and `jpeg_markers`, below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
+//! `decode` (the format's decoder, PNG's here) with `jpeg/` (libjpeg-turbo, zune-jpeg,
+//! markers) and `formats` (the others), over `plan` (what a decode is asked for and gives
+//! back), `format` (sniffing), `options` (budget, channels, decoder, draft), below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
 //! rectangles, torchvision's draws); `augment/` (torchvision's colour, level, blur, warp and erasing steps, to Pillow's bytes);
 //! `pipeline/` composes them into a seeded pipeline;
 //! `spec` is the pipeline as data (torchvision's names) for front ends; `error`.
@@ -47,9 +50,10 @@ mod format;
 mod formats;
 pub mod geometry;
 mod image;
-mod jpeg_markers;
+mod jpeg;
 mod options;
 mod pipeline;
+mod plan;
 mod resize;
 mod spec;
 
@@ -61,7 +65,7 @@ pub use decode::decode;
 pub use error::{DecodeError, DecodeErrorKind, Result};
 pub use format::Format;
 pub use image::Image;
-pub use options::{ColorMode, DecodeOptions};
+pub use options::{ColorMode, DecodeOptions, JpegDecoder};
 pub use pipeline::{
     IMAGENET_MEAN, IMAGENET_STD, Output, Pipeline, PipelineBuilder, Sample, SampleData, SampleKey,
     Transform,

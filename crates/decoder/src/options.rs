@@ -1,4 +1,6 @@
-//! Decoder settings: the pixel budget and the output channels.
+//! Decoder settings: the pixel budget, the output channels and the JPEG decoder.
+
+use zune_core::options::DecoderOptions;
 
 use crate::{DecodeError, DecodeErrorKind as Kind, Result};
 
@@ -22,6 +24,35 @@ pub struct DecodeOptions {
     pub max_pixels: u64,
     /// Output channels.
     pub color: ColorMode,
+    /// Which JPEG decoder.
+    pub jpeg: JpegDecoder,
+    /// Let the JPEG decoder work at 1/2, 1/4 or 1/8 scale (in the DCT domain, as Pillow's
+    /// `draft` does) when the pipeline resizes the image, or the crop it starts with, to
+    /// at most half of that scale: far less work on large photos, slightly other pixels
+    /// than torchvision's (README, "Decode modes"). Off by default.
+    pub draft: bool,
+}
+
+/// Which decoder reads JPEGs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JpegDecoder {
+    /// libjpeg-turbo, Pillow's and torchvision's decoder (so their pixels exactly), and
+    /// the one that decodes only the region a crop keeps. The default when the crate's
+    /// `libjpeg-turbo` feature is on (it is by default).
+    LibjpegTurbo,
+    /// zune-jpeg, pure Rust: within a mean of 0.2 levels of libjpeg-turbo. The default
+    /// without the `libjpeg-turbo` feature.
+    Zune,
+}
+
+impl Default for JpegDecoder {
+    fn default() -> Self {
+        if cfg!(feature = "libjpeg-turbo") {
+            Self::LibjpegTurbo
+        } else {
+            Self::Zune
+        }
+    }
 }
 
 impl Default for DecodeOptions {
@@ -29,6 +60,8 @@ impl Default for DecodeOptions {
         Self {
             max_pixels: 64 * 1024 * 1024,
             color: ColorMode::Rgb,
+            jpeg: JpegDecoder::default(),
+            draft: false,
         }
     }
 }
@@ -56,4 +89,11 @@ pub(crate) fn check_budget(
         ));
     }
     Ok(())
+}
+
+/// zune's own dimension guard, set well above any budget so ours is the one that speaks.
+pub(crate) fn zune_options() -> DecoderOptions {
+    DecoderOptions::default()
+        .set_max_width(1 << 20)
+        .set_max_height(1 << 20)
 }

@@ -19,18 +19,19 @@ pub use builder::PipelineBuilder;
 pub use sample::{Output, Sample, SampleData, SampleKey, Transform};
 use view::{View, pad};
 
-use crate::decode::decode_reusing;
+use crate::decode::decode_planned;
 use crate::geometry::{self, Rect};
+use crate::plan::{Decoded, Plan};
 
 use crate::augment::RandomErasing;
-use crate::{DecodeOptions, Image, Result};
+use crate::{DecodeError, DecodeErrorKind, DecodeOptions, Image, Result};
 
 /// ImageNet's per-channel mean, for [`Output::F32Chw`].
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 /// ImageNet's per-channel standard deviation.
 pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inner {
     transforms: Vec<Transform>,
     output: Output,
@@ -57,18 +58,19 @@ thread_local! {
 /// A buffer bigger than this (a 2,400 x 2,400 RGB image) is freed, not kept per thread.
 const KEEP_PIXELS: usize = 16 << 20;
 
-/// Decode `bytes` into this thread's pixel buffer and run `f` on the image. A 500 x 375
-/// RGB image is 562 KB: allocated afresh per image, its pages were faulted in and zeroed
-/// each time, ~5% of a decode thread in a profile.
+/// Decode `bytes` into this thread's pixel buffer and run `f` on the image (or the part of
+/// it `plan` asks for). A 500 x 375 RGB image is 562 KB: allocated afresh per image, its
+/// pages were faulted in and zeroed each time, ~5% of a decode thread in a profile.
 fn with_pixels<R>(
     bytes: &[u8],
     options: &DecodeOptions,
-    f: impl FnOnce(&Image) -> Result<R>,
+    plan: impl FnOnce(usize, usize) -> Plan,
+    f: impl FnOnce(&Decoded) -> Result<R>,
 ) -> Result<R> {
-    let image = decode_reusing(bytes, options, PIXELS.take())?;
-    let out = f(&image);
-    if image.data.capacity() <= KEEP_PIXELS {
-        PIXELS.set(image.data);
+    let decoded = decode_planned(bytes, options, PIXELS.take(), plan)?;
+    let out = f(&decoded);
+    if decoded.image.data.capacity() <= KEEP_PIXELS {
+        PIXELS.set(decoded.image.data);
     }
     out
 }
@@ -121,6 +123,15 @@ impl Pipeline {
         &self.inner.decode
     }
 
+    /// The same steps with other decoder settings.
+    pub fn with_decode_options(&self, decode: DecodeOptions) -> Pipeline {
+        let mut inner = (*self.inner).clone();
+        inner.decode = decode;
+        Pipeline {
+            inner: Arc::new(inner),
+        }
+    }
+
     /// The output kind.
     pub fn output(&self) -> &Output {
         &self.inner.output
@@ -145,7 +156,7 @@ impl Pipeline {
 
     /// Decode `bytes` and transform them.
     pub fn run(&self, bytes: &[u8], key: SampleKey) -> Result<Sample> {
-        with_pixels(bytes, &self.inner.decode, |image| self.apply(image, key))
+        self.run_reusing(bytes, key, SampleData::F32(Vec::new()))
     }
 
     /// Decode and transform straight into `out` (e.g. a slot of a batch buffer); returns
@@ -156,8 +167,9 @@ impl Pipeline {
         key: SampleKey,
         out: &mut [f32],
     ) -> Result<[usize; 3]> {
-        with_pixels(bytes, &self.inner.decode, |image| {
-            let (view, mut rng) = self.transform(image, key)?;
+        let plan = |w, h| self.plan(key, w, h);
+        with_pixels(bytes, &self.inner.decode, plan, |decoded| {
+            let (view, mut rng) = self.transform(&decoded.image, Frame::of(decoded), key)?;
             let shape = self.write_f32(&view, out)?;
             self.erase_f32(&mut rng, out, shape);
             Ok(shape)
@@ -166,7 +178,8 @@ impl Pipeline {
 
     /// Transform a decoded image into a new buffer.
     pub fn apply(&self, image: &Image, key: SampleKey) -> Result<Sample> {
-        self.apply_reusing(image, key, SampleData::F32(Vec::new()))
+        let (view, rng) = self.transform(image, Frame::whole(image), key)?;
+        self.finish(view, rng, SampleData::F32(Vec::new()))
     }
 
     /// [`run`](Self::run), writing the output into the memory of `reuse` (e.g. the data of
@@ -174,13 +187,24 @@ impl Pipeline {
     /// discarded. A loader that hands consumed samples back allocates no fresh memory per
     /// sample.
     pub fn run_reusing(&self, bytes: &[u8], key: SampleKey, reuse: SampleData) -> Result<Sample> {
-        with_pixels(bytes, &self.inner.decode, |image| {
-            self.apply_reusing(image, key, reuse)
+        let plan = |w, h| self.plan(key, w, h);
+        with_pixels(bytes, &self.inner.decode, plan, |decoded| {
+            self.apply_reusing(decoded, key, reuse)
         })
     }
 
-    fn apply_reusing(&self, image: &Image, key: SampleKey, reuse: SampleData) -> Result<Sample> {
-        let (view, mut rng) = self.transform(image, key)?;
+    fn apply_reusing(
+        &self,
+        decoded: &Decoded,
+        key: SampleKey,
+        reuse: SampleData,
+    ) -> Result<Sample> {
+        let (view, rng) = self.transform(&decoded.image, Frame::of(decoded), key)?;
+        self.finish(view, rng, reuse)
+    }
+
+    /// The output steps on a transformed view.
+    fn finish(&self, view: View<'_>, mut rng: ChaCha8Rng, reuse: SampleData) -> Result<Sample> {
         let (h, w, c) = (view.rect.h, view.rect.w, view.image.channels);
         match self.inner.output {
             Output::U8Hwc | Output::U8Chw => {
@@ -218,7 +242,7 @@ impl Pipeline {
         key: SampleKey,
         out: &mut [f32],
     ) -> Result<[usize; 3]> {
-        let (view, mut rng) = self.transform(image, key)?;
+        let (view, mut rng) = self.transform(image, Frame::whole(image), key)?;
         let shape = self.write_f32(&view, out)?;
         self.erase_f32(&mut rng, out, shape);
         Ok(shape)
@@ -232,7 +256,7 @@ impl Pipeline {
         key: SampleKey,
         out: &mut [u8],
     ) -> Result<[usize; 3]> {
-        let (view, mut rng) = self.transform(image, key)?;
+        let (view, mut rng) = self.transform(image, Frame::whole(image), key)?;
         let shape = self.write_u8(&view, out)?;
         self.erase_u8(&mut rng, out, shape);
         Ok(shape)
@@ -255,24 +279,57 @@ impl Pipeline {
     }
 
     /// The sample's steps on the image; the random stream goes on to the output's steps.
-    fn transform<'a>(&self, image: &'a Image, key: SampleKey) -> Result<(View<'a>, ChaCha8Rng)> {
-        let seed = mix(mix(mix(self.inner.seed) ^ key.epoch) ^ key.index);
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    fn transform<'a>(
+        &self,
+        image: &'a Image,
+        frame: Frame,
+        key: SampleKey,
+    ) -> Result<(View<'a>, ChaCha8Rng)> {
+        let mut rng = self.rng(key);
+        // A partial decode: the first step (a crop, as `plan` requires) is drawn on the
+        // whole image's size, then moved onto the decoded part.
         let mut view = View {
             rect: Rect {
                 x: 0,
                 y: 0,
-                w: image.width,
-                h: image.height,
+                w: frame.full.0,
+                h: frame.full.1,
             },
             image: Cow::Borrowed(image),
             flip: false,
         };
+        let mut pending = frame.partial().then_some(frame);
         let mut steps = self.inner.transforms.iter().peekable();
         while let Some(t) = steps.next() {
+            let planned = matches!(
+                t,
+                Transform::RandomResizedCrop { .. }
+                    | Transform::CenterCrop { .. }
+                    | Transform::Resize { .. }
+            );
+            if pending.is_some() && !planned {
+                return Err(not_planned());
+            }
             match *t {
                 Transform::Resize { size, filter } => {
-                    let (h, w) = geometry::resize_shorter(view.rect.h, view.rect.w, size);
+                    // After a draft decode the size comes from the whole image's, and the
+                    // resize reads all of the smaller decoded one.
+                    let (source_h, source_w) = match pending.take() {
+                        Some(Frame {
+                            origin: Some(_), ..
+                        }) => return Err(not_planned()),
+                        Some(frame) => {
+                            view.rect = Rect {
+                                x: 0,
+                                y: 0,
+                                w: view.image.width,
+                                h: view.image.height,
+                            };
+                            (frame.full.1, frame.full.0)
+                        }
+                        None => (view.rect.h, view.rect.w),
+                    };
+                    let (h, w) = geometry::resize_shorter(source_h, source_w, size);
                     let (h, w) = (h.max(1), w.max(1));
                     match steps.peek() {
                         Some(Transform::CenterCrop { height, width })
@@ -297,6 +354,9 @@ impl Pipeline {
                 }
                 Transform::CenterCrop { height, width } => {
                     if height > view.rect.h || width > view.rect.w {
+                        if pending.is_some() {
+                            return Err(not_planned());
+                        }
                         let padded = pad(&view.materialize(), height, width);
                         view.replace(padded);
                     }
@@ -308,6 +368,7 @@ impl Pipeline {
                         w: width,
                         h: height,
                     });
+                    place(&mut view, pending.take())?;
                 }
                 Transform::RandomResizedCrop {
                     height,
@@ -324,6 +385,7 @@ impl Pipeline {
                         ratio,
                     );
                     view.crop(region);
+                    place(&mut view, pending.take())?;
                     view.resize_to(height, width, filter)?;
                 }
                 Transform::RandomHorizontalFlip { p } => {
@@ -358,6 +420,128 @@ impl Pipeline {
                 }
             }
         }
+        if pending.is_some() {
+            return Err(not_planned());
+        }
         Ok((view, rng))
     }
+
+    /// This sample's random stream: the same for the plan and for the steps.
+    fn rng(&self, key: SampleKey) -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(mix(mix(mix(self.inner.seed) ^ key.epoch) ^ key.index))
+    }
+
+    /// What the steps will read of a `width` x `height` image, when the first step crops
+    /// (drawn as the step will draw it, from the sample's own stream) or resizes.
+    fn plan(&self, key: SampleKey, width: usize, height: usize) -> Plan {
+        match self.inner.transforms.first() {
+            Some(&Transform::RandomResizedCrop {
+                scale,
+                ratio,
+                height: out_h,
+                width: out_w,
+                ..
+            }) => Plan {
+                region: Some(geometry::random_resized_crop(
+                    &mut self.rng(key),
+                    height,
+                    width,
+                    scale,
+                    ratio,
+                )),
+                target: Some((out_w, out_h)),
+            },
+            Some(&Transform::CenterCrop {
+                height: h,
+                width: w,
+            }) if h <= height && w <= width => {
+                let (y, x) = geometry::center_crop_offsets(height, width, h, w);
+                Plan {
+                    region: Some(Rect { x, y, w, h }),
+                    target: None,
+                }
+            }
+            Some(&Transform::Resize { size, .. }) => {
+                let (h, w) = geometry::resize_shorter(height, width, size);
+                Plan {
+                    region: None,
+                    target: Some((w.max(1), h.max(1))),
+                }
+            }
+            _ => Plan::default(),
+        }
+    }
+}
+
+/// Where a decoded image sits in the whole one.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    /// The decoded part's top-left corner in the whole image, when it is only a part.
+    origin: Option<(usize, usize)>,
+    /// The whole image's (width, height) at full scale.
+    full: (usize, usize),
+    /// The decoded pixels are at 1/`scale` of each side.
+    scale: usize,
+}
+
+impl Frame {
+    fn whole(image: &Image) -> Self {
+        Self {
+            origin: None,
+            full: (image.width, image.height),
+            scale: 1,
+        }
+    }
+
+    fn of(decoded: &Decoded) -> Self {
+        let scale = decoded.scale.max(1);
+        let scaled = (
+            decoded.full.0.div_ceil(scale),
+            decoded.full.1.div_ceil(scale),
+        );
+        let part =
+            decoded.origin != (0, 0) || (decoded.image.width, decoded.image.height) != scaled;
+        Self {
+            origin: part.then_some(decoded.origin),
+            full: decoded.full,
+            scale,
+        }
+    }
+
+    /// Whether the decoded pixels are other than the whole image at full size.
+    fn partial(&self) -> bool {
+        self.origin.is_some() || self.scale > 1
+    }
+}
+
+/// Move a crop drawn on the whole image at full scale onto the decoded pixels that hold
+/// it (a part, perhaps at a smaller scale: then the crop's edges move out to whole
+/// pixels of that scale).
+fn place(view: &mut View<'_>, frame: Option<Frame>) -> Result<()> {
+    let Some(frame) = frame else {
+        return Ok(());
+    };
+    let (d, (ox, oy)) = (frame.scale, frame.origin.unwrap_or((0, 0)));
+    let r = view.rect;
+    let (x0, y0) = (r.x / d, r.y / d);
+    let (x1, y1) = ((r.x + r.w).div_ceil(d), (r.y + r.h).div_ceil(d));
+    let inside =
+        x0 >= ox && y0 >= oy && x1 - ox <= view.image.width && y1 - oy <= view.image.height;
+    if !inside {
+        return Err(not_planned());
+    }
+    view.rect = Rect {
+        x: x0 - ox,
+        y: y0 - oy,
+        w: x1 - x0,
+        h: y1 - y0,
+    };
+    Ok(())
+}
+
+fn not_planned() -> DecodeError {
+    DecodeError::new(
+        DecodeErrorKind::Unsupported,
+        "internal: the decoded part of the image does not hold the crop drawn",
+    )
 }
