@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use loader_core::{
-    BatchMemory, DataLoader, DataLoaderBuilder, DistributedSampler, LoaderOptions, LoaderState,
-    SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
+    BatchMemory, DataLoader, DataLoaderBuilder, DecodeOptions, DistributedSampler, LoaderOptions,
+    LoaderState, SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -130,6 +130,7 @@ impl PyLoader {
     #[pyo3(signature = (
         datasets, *, options, weights = None, transform = None, steps = None,
         transform_fn = None, main_image = true, decode_fields = None, batch_memory = None,
+        draft = false,
     ))]
     #[allow(clippy::too_many_arguments)] // Python's keywords, one each
     fn new(
@@ -143,6 +144,7 @@ impl PyLoader {
         main_image: bool,
         decode_fields: Option<Py<PyAny>>,
         batch_memory: Option<Py<PyAny>>,
+        draft: bool,
     ) -> PyResult<Self> {
         let config = |e: String| errors::config(e);
         if datasets.is_empty() {
@@ -210,7 +212,23 @@ impl PyLoader {
                 "a transform runs on images: the main field of these samples is not one".into(),
             ));
         }
+        if draft && transform.is_none() && steps.is_none() {
+            return Err(config(
+                "draft=True lets JPEGs decode at the scale a native Resize or \
+                 RandomResizedCrop needs: give one as the transform (a Python callable \
+                 receives full-size images)"
+                    .into(),
+            ));
+        }
         let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
+        let pipeline = if draft {
+            pipeline.with_decode_options(DecodeOptions {
+                draft: true,
+                ..*pipeline.decode_options()
+            })
+        } else {
+            pipeline
+        };
         let fatal = transform::Fatal::default();
         // `pin_memory=True`: batches written into tensors torch's pinned allocator lends.
         let memory = batch_memory.map(|allocate| {

@@ -694,6 +694,11 @@ class DataLoader:
             reads (default: ``LOCAL_WORLD_SIZE``/``LOCAL_RANK`` as torchrun sets them, or
             SLURM's ``SLURM_NTASKS_PER_NODE``/``SLURM_LOCALID``; else this rank alone).
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
+        draft: let JPEGs decode at 1/2, 1/4 or 1/8 scale in the DCT domain (Pillow's
+            ``Image.draft``) when the transform's first ``Resize`` or
+            ``RandomResizedCrop`` keeps at most half of that scale: several times less
+            decode work on photos of a few megapixels, pixels within about 1 level (mean)
+            of torchvision's instead of exact. Off by default; needs a native transform.
         pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
             True)`` overlaps with compute. Images are collated straight into blocks of
             torch's pinned allocator (no second copy, as torch's DataLoader makes; the
@@ -775,6 +780,7 @@ class DataLoader:
         cache_node_ranks: int | None = None,
         cache_local_rank: int | None = None,
         output: Literal["auto", "torch", "numpy"] = "auto",
+        draft: bool = False,
         pin_memory: bool = False,
         fields: str | Sequence[str] | None = None,
         decode: dict[str, sample_fields.Decoder] | None = None,
@@ -900,7 +906,7 @@ class DataLoader:
             weights=None if weights is None else [float(w) for w in weights],
             transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function,
-            main_image=planned is None or planned[0].native,
+            main_image=planned is None or planned[0].native, draft=bool(draft),
             batch_memory=_pinned_block(self._torch) if self._pin else None,
             decode_fields=functools.partial(sample_fields.decode_sample, raw_fields)
             if raw_fields else None)
