@@ -6,17 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::decoder::SampleData;
+use loader_core::decoder::{IMAGENET_MEAN, IMAGENET_STD, JpegDecoder, SampleData};
 use loader_core::storage::layer::{CacheConfig, StorageMetrics};
 use loader_core::webdataset::WebDataset;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, LoaderOptions, Pipeline, SampleKey, ShardOrder, StorageExt,
-    from_url,
+    DataLoader, Dataset, DecodeOptions, DynStorage, LoaderOptions, Pipeline, SampleKey, ShardOrder,
+    StorageExt, from_url,
 };
 use loader_testkit::{DelayProxy, S3Server};
 
 use crate::options::{LoaderArgs, fetch, parse_store_options};
-use crate::report::{Cell, Format, Report};
+use crate::report::{Cell, DecoderRate, Format, Report};
 use crate::{Result, Strategy, gen_data};
 
 /// Arguments of `loader bench`.
@@ -287,6 +287,7 @@ pub fn main(args: Args) -> Result {
         "evaluation pipeline alone on one core: {:.0} images/s",
         ceilings[0]
     );
+    let decoders = probe.decoders()?;
 
     let workers = args.workers.unwrap_or(cores);
     let mut cells = Vec::new();
@@ -377,7 +378,8 @@ pub fn main(args: Args) -> Result {
     drop(server);
 
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = Report::new(cells, ceilings, cores, options.batch_size, command);
+    let mut report = Report::new(cells, ceilings, cores, options.batch_size, command);
+    report.decoders = decoders;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -420,12 +422,11 @@ impl CeilingProbe {
     /// One pass over the images, each written into the last one's output buffer as the
     /// loader's decode threads do, so the pipeline's own work is what is timed and not
     /// the state of this thread's heap.
-    fn pass(&self, epoch: u64) -> Result<()> {
+    fn pass(&self, pipeline: &Pipeline, epoch: u64) -> Result<()> {
         let mut reuse = SampleData::F32(Vec::new());
         for (i, b) in self.bytes.iter().enumerate() {
             let index = i as u64;
-            reuse = self
-                .pipeline
+            reuse = pipeline
                 .run_reusing(b, SampleKey { epoch, index }, reuse)?
                 .data;
         }
@@ -435,13 +436,52 @@ impl CeilingProbe {
     /// Images/s on this thread. Warm, as the cells are measured warm: one untimed pass,
     /// then passes for at least 1 s.
     fn measure(&self) -> Result<f64> {
-        self.pass(0)?;
+        self.measure_with(&self.pipeline)
+    }
+
+    fn measure_with(&self, pipeline: &Pipeline) -> Result<f64> {
+        self.pass(pipeline, 0)?;
         let (start, mut passes) = (Instant::now(), 0u64);
         while passes == 0 || start.elapsed() < Duration::from_secs(1) {
             passes += 1;
-            self.pass(passes)?;
+            self.pass(pipeline, passes)?;
         }
         Ok((passes as usize * self.bytes.len()) as f64 / start.elapsed().as_secs_f64().max(1e-9))
+    }
+
+    /// The ImageNet pipelines on one core with each JPEG decoder and mode, on the same
+    /// images: what the decoder choice is worth on this machine.
+    fn decoders(&self) -> Result<Vec<DecoderRate>> {
+        let modes = [
+            ("libjpeg-turbo", JpegDecoder::LibjpegTurbo, false),
+            ("zune", JpegDecoder::Zune, false),
+            ("libjpeg-turbo draft", JpegDecoder::LibjpegTurbo, true),
+        ];
+        let mut rates = Vec::new();
+        for pipeline_name in ["imagenet_eval", "imagenet_train"] {
+            for (decoder, jpeg, draft) in modes {
+                let builder = match pipeline_name {
+                    "imagenet_eval" => Pipeline::builder().resize(256).center_crop(224),
+                    _ => Pipeline::builder()
+                        .random_resized_crop(224)
+                        .random_horizontal_flip(0.5),
+                };
+                let pipeline = builder
+                    .to_tensor_normalized(&IMAGENET_MEAN, &IMAGENET_STD)
+                    .decode_options(DecodeOptions {
+                        jpeg,
+                        draft,
+                        ..DecodeOptions::default()
+                    })
+                    .build()?;
+                rates.push(DecoderRate {
+                    pipeline: pipeline_name.to_string(),
+                    decoder: decoder.to_string(),
+                    images_per_sec: self.measure_with(&pipeline)?,
+                });
+            }
+        }
+        Ok(rates)
     }
 }
 

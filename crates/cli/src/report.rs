@@ -102,6 +102,20 @@ pub struct Report {
     pub one_core_pipeline_runs: Vec<f64>,
     /// The cells, with ratios.
     pub cells: Vec<Derived>,
+    /// The ImageNet pipelines on one core by JPEG decoder and mode, measured once before
+    /// the first cell.
+    pub decoders: Vec<DecoderRate>,
+}
+
+/// One pipeline with one JPEG decoder (and mode) on one core.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecoderRate {
+    /// `imagenet_eval` or `imagenet_train`.
+    pub pipeline: String,
+    /// `libjpeg-turbo`, `zune`, or `libjpeg-turbo draft` (DCT-scaled decode).
+    pub decoder: String,
+    /// Images/s.
+    pub images_per_sec: f64,
 }
 
 impl Report {
@@ -168,6 +182,7 @@ impl Report {
             one_core_pipeline_images_per_sec: ceiling,
             one_core_pipeline_runs: ceilings,
             cells: derived,
+            decoders: Vec::new(),
         }
     }
 
@@ -186,6 +201,23 @@ impl Report {
             self.cores,
             self.batch_size
         );
+        if !self.decoders.is_empty() {
+            let mut line = String::from("Decode and transform on one core, by JPEG decoder:");
+            for pipeline in ["imagenet_eval", "imagenet_train"] {
+                let rates: Vec<String> = self
+                    .decoders
+                    .iter()
+                    .filter(|r| r.pipeline == pipeline)
+                    .map(|r| format!("{} {:.0}", r.decoder, r.images_per_sec))
+                    .collect();
+                let _ = write!(line, " {pipeline}: {};", rates.join(", "));
+            }
+            line.pop();
+            let _ = writeln!(
+                out,
+                "{line} images/s (draft changes pixels; README, \"Decode modes\").\n"
+            );
+        }
         let _ = writeln!(
             out,
             "| storage | format | strategy | img/s | MB/s | GET/img | CPU ms/img | peak RSS MB | wait p50 ms | wait p99 ms | vs sequential | latency hiding | vs local disk | 1-core img/s | efficiency |"
