@@ -27,8 +27,8 @@ pub struct DecodeOptions {
     /// Which JPEG decoder.
     pub jpeg: JpegDecoder,
     /// Let the JPEG decoder work at 1/2, 1/4 or 1/8 scale (in the DCT domain, as Pillow's
-    /// `draft` does) when the pipeline resizes the image, or the crop it starts with, to
-    /// at most half of that scale: far less work on large photos, slightly other pixels
+    /// `draft` does) when the pipeline's first step resizes the image, or crops and
+    /// resizes it, to at most half of that scale: far less work on large photos, slightly other pixels
     /// than torchvision's (README, "Decode modes"). Off by default.
     pub draft: bool,
 }

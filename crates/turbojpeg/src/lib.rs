@@ -20,7 +20,7 @@
 //! // The 8x8 pixels at (8, 4): `x` is a multiple of the iMCU width, as libjpeg asks.
 //! let region = Region { x: 8, y: 4, width: 8, height: 8 };
 //! let mut pixels = Vec::new();
-//! let shape = decoder.decode(jpeg, &header, Some(region), Scale::ONE, Output::Rgb, &mut pixels)?;
+//! let shape = decoder.decode(jpeg, Some(region), Scale::ONE, Output::Rgb, &mut pixels)?;
 //! assert_eq!((shape.width, shape.height, pixels.len()), (8, 8, 8 * 8 * 3));
 //! # Ok(()) }
 //! ```
@@ -77,9 +77,11 @@ pub struct Header {
     /// Whether the scans are progressive (the whole image is entropy-decoded before any
     /// row comes out, so a region saves less).
     pub progressive: bool,
-    /// The width of an iMCU in pixels at full scale: a region's left edge is a multiple
-    /// of it (scaled). `None` for chroma layouts TurboJPEG does not name, which decode
-    /// whole only.
+    /// The width of an iMCU in pixels at full scale as TurboJPEG names the layout: a
+    /// region's left edge is a multiple of it (scaled). For sampling factors outside the
+    /// named layouts libjpeg aligns to `8 x` the largest horizontal factor, which can be
+    /// wider: a caller that knows the factors aligns to that. `None` for layouts TurboJPEG
+    /// does not name, which decode whole only.
     pub mcu_width: Option<usize>,
 }
 
@@ -165,10 +167,11 @@ impl Default for Limits {
 pub struct Decompressor {
     handle: sys::tjhandle,
     limits: Option<Limits>,
-    /// A call failed or warned: the instance may keep state from the bad stream (a good
-    /// file read next failed with "Bogus DQT index"), so it is replaced before its next
-    /// header.
-    failed: bool,
+    /// The handle has read a stream. libjpeg-turbo keeps state from it: a stream cut short
+    /// left it half-way (the next good file failed with "Bogus DQT index"), and a stream
+    /// without a frame leaves the last image's size in place. So each header is read by a
+    /// fresh handle (creating one costs well under a microsecond).
+    used: bool,
 }
 
 // SAFETY: a TurboJPEG handle holds no thread-local state; it may move between threads as
@@ -204,7 +207,7 @@ impl Decompressor {
         let mut decompressor = Self {
             handle: Self::init()?,
             limits: None,
-            failed: false,
+            used: false,
         };
         decompressor.set_limits(Limits::default())?;
         Ok(decompressor)
@@ -223,9 +226,9 @@ impl Decompressor {
         Ok(handle)
     }
 
-    /// After a failure, a fresh instance with the same limits.
-    fn recover(&mut self) -> Result<(), Error> {
-        if !self.failed {
+    /// A handle that has read nothing, with the same limits.
+    fn fresh(&mut self) -> Result<(), Error> {
+        if !self.used {
             return Ok(());
         }
         let fresh = Self::init()?;
@@ -233,7 +236,7 @@ impl Decompressor {
         // at once, so no call sees it again.
         unsafe { sys::tj3Destroy(self.handle) };
         self.handle = fresh;
-        self.failed = false;
+        self.used = false;
         if let Some(limits) = self.limits.take() {
             self.set_limits(limits)?;
         }
@@ -252,7 +255,9 @@ impl Decompressor {
             }
         };
         let kind = if kind == ErrorKind::Corrupt
-            && (message.contains("exceeds") || message.contains("limit"))
+            && (message.contains("exceeds")
+                || message.contains("limit")
+                || message.contains("more than"))
         {
             ErrorKind::Limit
         } else {
@@ -262,14 +267,11 @@ impl Decompressor {
     }
 
     /// A call's status as a result: a warning (damage libjpeg reads past, as Pillow and
-    /// torchvision do: extraneous bytes, a bad ICC marker) is not a failure. Either way
-    /// the instance is replaced before its next header: a header cut short leaves it
-    /// half-way through a stream, and the next good file then failed ("Bogus DQT index").
+    /// torchvision do: extraneous bytes, a bad ICC marker) is not a failure.
     fn check(&mut self, status: c_int) -> Result<(), Error> {
         if status == 0 {
             return Ok(());
         }
-        self.failed = true;
         // SAFETY: the handle is live.
         let code = unsafe { sys::tj3GetErrorCode(self.handle) };
         match u32::try_from(code) {
@@ -299,10 +301,11 @@ impl Decompressor {
         let clamp = |v: u64| c_int::try_from(v).unwrap_or(c_int::MAX);
         self.set(sys::TJPARAM_TJPARAM_MAXPIXELS, clamp(limits.max_pixels))?;
         // Megabytes for buffers beyond the output: a progressive image keeps all its DCT
-        // coefficients (2 bytes each, up to 3 components at full resolution).
+        // coefficients (2 bytes each, up to 3 components at full resolution: 6 bytes a
+        // pixel), with room for libjpeg's own tables.
         self.set(
             sys::TJPARAM_TJPARAM_MAXMEMORY,
-            clamp((limits.max_pixels.saturating_mul(6) >> 20).max(16)),
+            clamp((limits.max_pixels.saturating_mul(8) >> 20).saturating_add(64)),
         )?;
         self.set(
             sys::TJPARAM_TJPARAM_SCANLIMIT,
@@ -317,12 +320,9 @@ impl Decompressor {
 
     /// Read the header of `jpeg`.
     pub fn header(&mut self, jpeg: &[u8]) -> Result<Header, Error> {
-        self.recover()?;
-        let header = self.read_header(jpeg);
-        if header.is_err() {
-            self.failed = true;
-        }
-        header
+        self.fresh()?;
+        self.used = true;
+        self.read_header(jpeg)
     }
 
     fn read_header(&mut self, jpeg: &[u8]) -> Result<Header, Error> {
@@ -374,18 +374,18 @@ impl Decompressor {
         })
     }
 
-    /// Decode `jpeg` (whose header is `header`, from [`header`](Self::header) on this
-    /// instance) at `scale`, all of it or only `region` of the scaled image, into
-    /// `pixels` (resized to fit; its old contents are overwritten).
+    /// Decode `jpeg` at `scale`, all of it or only `region` of the scaled image, into
+    /// `pixels` (resized to fit; its old contents are overwritten). The header is read
+    /// again here, so the buffer is always sized from the very bytes decoded.
     pub fn decode(
         &mut self,
         jpeg: &[u8],
-        header: &Header,
         region: Option<Region>,
         scale: Scale,
         output: Output,
         pixels: &mut Vec<u8>,
     ) -> Result<Shape, Error> {
+        let header = &self.header(jpeg)?;
         let (full_w, full_h) = (scale.of(header.width), scale.of(header.height));
         let region = region.unwrap_or(Region {
             x: 0,
@@ -463,7 +463,6 @@ impl Decompressor {
         // the region against it and the scale).
         unsafe {
             if sys::tj3SetScalingFactor(self.handle, factor) != 0 {
-                self.failed = true;
                 return Err(self.last_error(ErrorKind::Unsupported));
             }
             let crop = if whole {
@@ -483,7 +482,6 @@ impl Decompressor {
                 }
             };
             if sys::tj3SetCroppingRegion(self.handle, crop) != 0 {
-                self.failed = true;
                 return Err(self.last_error(ErrorKind::Unsupported));
             }
         }
@@ -491,8 +489,10 @@ impl Decompressor {
         let pitch_c = c_int::try_from(pitch).unwrap_or(c_int::MAX);
         let format = c_int::try_from(format).unwrap_or(0);
         // SAFETY: `pixels` holds exactly `pitch * region.height` bytes, the size
-        // libjpeg-turbo writes for this region at this scale and pixel format (checked
-        // above against the header it read); `jpeg` is read within its length.
+        // libjpeg-turbo writes for this region at this scale and pixel format: the region
+        // was checked against the header this handle just read from these same bytes (and
+        // by tj3SetCroppingRegion), and a stream without a frame fails before any write;
+        // `jpeg` is read within its length.
         let status = unsafe {
             sys::tj3Decompress8(
                 self.handle,

@@ -10,8 +10,7 @@ const JPEG: &[u8] = include_bytes!("grey_24x16.jpg");
 #[test]
 fn regions_that_do_not_fit_or_align_are_refused() {
     let mut d = Decompressor::new().unwrap();
-    let header = d.header(JPEG).unwrap();
-    assert_eq!(header.mcu_width, Some(8));
+    assert_eq!(d.header(JPEG).unwrap().mcu_width, Some(8));
     let mut out = Vec::new();
     for (region, why) in [
         (
@@ -52,14 +51,7 @@ fn regions_that_do_not_fit_or_align_are_refused() {
         ),
     ] {
         let err = d
-            .decode(
-                JPEG,
-                &header,
-                Some(region),
-                Scale::ONE,
-                Output::Rgb,
-                &mut out,
-            )
+            .decode(JPEG, Some(region), Scale::ONE, Output::Rgb, &mut out)
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unsupported, "{region:?}");
         assert!(err.message.contains(why), "{region:?}: {err}");
@@ -73,7 +65,7 @@ fn regions_that_do_not_fit_or_align_are_refused() {
         height: 6,
     };
     let shape = d
-        .decode(JPEG, &header, Some(region), half, Output::Grey, &mut out)
+        .decode(JPEG, Some(region), half, Output::Grey, &mut out)
         .unwrap();
     assert_eq!(
         (shape.width, shape.height, shape.channels, out.len()),
@@ -89,10 +81,9 @@ fn an_image_over_the_pixel_limit_is_refused_before_decoding() {
         ..Limits::default()
     })
     .unwrap();
-    let header = d.header(JPEG).unwrap();
     let mut out = Vec::new();
     let err = d
-        .decode(JPEG, &header, None, Scale::ONE, Output::Rgb, &mut out)
+        .decode(JPEG, None, Scale::ONE, Output::Rgb, &mut out)
         .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Limit);
     assert!(out.is_empty());
@@ -111,9 +102,27 @@ fn bytes_that_are_not_a_jpeg_are_corrupt() {
         assert_eq!(err.kind, ErrorKind::Corrupt, "{bytes:?}");
     }
     // The same instance still decodes a good file afterwards.
-    let header = d.header(JPEG).unwrap();
+    assert_eq!(d.header(JPEG).unwrap().width, 24);
     let mut out = Vec::new();
-    d.decode(JPEG, &header, None, Scale::ONE, Output::Grey, &mut out)
+    d.decode(JPEG, None, Scale::ONE, Output::Grey, &mut out)
         .unwrap();
     assert_eq!(out.len(), 24 * 16);
+}
+
+#[test]
+fn a_stream_without_a_frame_does_not_take_the_last_images_size() {
+    // Tables only (cut before the frame header): libjpeg-turbo's header call succeeds on
+    // such data and leaves the size of whatever the handle read before.
+    let mut d = Decompressor::new().unwrap();
+    let mut out = Vec::new();
+    d.decode(JPEG, None, Scale::ONE, Output::Grey, &mut out)
+        .unwrap();
+    let sof = JPEG.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    let tables_only = [&JPEG[..sof], &[0xFF, 0xD9]].concat();
+    let err = d.header(&tables_only).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Corrupt, "{err}");
+    let err = d
+        .decode(&tables_only, None, Scale::ONE, Output::Grey, &mut out)
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Corrupt, "{err}");
 }

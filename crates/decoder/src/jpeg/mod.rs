@@ -23,15 +23,25 @@ pub(crate) fn decode(
     let repaired = markers::repair(bytes);
     let bytes = repaired.as_deref().unwrap_or(bytes);
     let found = markers::inspect(bytes);
+    // Decoders return an image for data cut inside the last scan (missing blocks come out
+    // grey); PIL refuses such files, and so do we, before spending a decode on them.
+    if !found.complete {
+        return Err(DecodeError::new(
+            Kind::Truncated,
+            "JPEG: the data ends before the end-of-image marker (the file is truncated)",
+        ));
+    }
     let decoded = match options.jpeg {
         #[cfg(feature = "libjpeg-turbo")]
-        JpegDecoder::LibjpegTurbo => match turbo::decode(bytes, options, buffer, plan)? {
-            turbo::Outcome::Decoded(decoded) => decoded,
-            // CMYK, YCCK, 12-bit and lossless files: the converting decoders below.
-            turbo::Outcome::NotMine(buffer) => {
-                Decoded::whole(zune_or_fallback(bytes, &found.sampling, options, buffer)?)
+        JpegDecoder::LibjpegTurbo => {
+            match turbo::decode(bytes, &found.sampling, options, buffer, plan)? {
+                turbo::Outcome::Decoded(decoded) => decoded,
+                // CMYK, YCCK, 12-bit and lossless files: the converting decoders below.
+                turbo::Outcome::NotMine(buffer) => {
+                    Decoded::whole(zune_or_fallback(bytes, &found.sampling, options, buffer)?)
+                }
             }
-        },
+        }
         #[cfg(not(feature = "libjpeg-turbo"))]
         JpegDecoder::LibjpegTurbo => {
             let _ = (buffer, plan);
@@ -45,14 +55,6 @@ pub(crate) fn decode(
             Decoded::whole(zune_or_fallback(bytes, &found.sampling, options, buffer)?)
         }
     };
-    // Decoders return an image for data cut inside the last scan (missing blocks come out
-    // grey); PIL refuses such files, and so do we.
-    if !found.complete {
-        return Err(DecodeError::new(
-            Kind::Truncated,
-            "JPEG: the data ends before the end-of-image marker (the file is truncated)",
-        ));
-    }
     Ok(decoded)
 }
 

@@ -66,8 +66,11 @@ fn draft_scale(header: &Header, plan: &Plan) -> Scale {
 /// The region to decode for `want` (full-scale coordinates) at `scale`: `want` scaled,
 /// with a margin, its left edge moved down to a scaled iMCU boundary; `None` when it would
 /// be (nearly) the whole image.
-fn region(header: &Header, want: Rect, scale: Scale) -> Option<Region> {
-    let mcu = scale.of(header.mcu_width?);
+fn region(header: &Header, sampling: &[(u8, u8)], want: Rect, scale: Scale) -> Option<Region> {
+    // libjpeg aligns a region to 8 x the frame's largest horizontal factor; TurboJPEG's
+    // name for an unusual layout (all components 2x1, say, is "4:4:4") can be narrower.
+    let widest = sampling.iter().map(|&(h, _)| 8 * usize::from(h)).max()?;
+    let mcu = scale.of(header.mcu_width?.max(widest));
     let (w, h) = (header.width, header.height);
     if want.w == 0 || want.h == 0 || want.x + want.w > w || want.y + want.h > h {
         return None;
@@ -90,6 +93,7 @@ fn region(header: &Header, want: Rect, scale: Scale) -> Option<Region> {
 
 pub(super) fn decode(
     bytes: &[u8],
+    sampling: &[(u8, u8)],
     options: &DecodeOptions,
     mut buffer: Vec<u8>,
     plan: impl FnOnce(usize, usize) -> Plan,
@@ -122,10 +126,21 @@ pub(super) fn decode(
         } else {
             Scale::ONE
         };
-        let region = plan.region.and_then(|want| region(&header, want, scale));
-        let shape = decompressor
-            .decode(bytes, &header, region, scale, output, &mut buffer)
-            .map_err(error)?;
+        let mut region = plan
+            .region
+            .and_then(|want| region(&header, sampling, want, scale));
+        let shape = match decompressor.decode(bytes, region, scale, output, &mut buffer) {
+            Ok(shape) => shape,
+            // A region libjpeg refuses (a layout whose alignment it reckons otherwise) is
+            // no reason to fail a file that decodes whole: decode it whole.
+            Err(_) if region.is_some() => {
+                region = None;
+                decompressor
+                    .decode(bytes, None, scale, output, &mut buffer)
+                    .map_err(error)?
+            }
+            Err(e) => return Err(error(e)),
+        };
         let origin = region.map_or((0, 0), |r| (r.x, r.y));
         Ok(Outcome::Decoded(Decoded {
             image: Image {

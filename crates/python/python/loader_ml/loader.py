@@ -695,8 +695,8 @@ class DataLoader:
             SLURM's ``SLURM_NTASKS_PER_NODE``/``SLURM_LOCALID``; else this rank alone).
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
         draft: let JPEGs decode at 1/2, 1/4 or 1/8 scale in the DCT domain (Pillow's
-            ``Image.draft``) when the transform's first ``Resize`` or
-            ``RandomResizedCrop`` keeps at most half of that scale: several times less
+            ``Image.draft``) when the transform's first step is a ``Resize`` or
+            ``RandomResizedCrop`` that keeps at most half of that scale: several times less
             decode work on photos of a few megapixels, pixels within about 1 level (mean)
             of torchvision's instead of exact. Off by default; needs a native transform.
         pin_memory: hand each batch over in page-locked memory, so ``.cuda(non_blocking=
