@@ -1,7 +1,5 @@
-//! libjpeg-turbo through `loader-turbojpeg`: one decompressor per thread, a region when
-//! the plan names one.
-
-use std::cell::RefCell;
+//! libjpeg-turbo through `loader-turbojpeg`: a region when the plan names one, at a
+//! reduced scale when the options allow a draft.
 
 use loader_turbojpeg::{Decompressor, Error, ErrorKind, Header, Limits, Output, Region, Scale};
 
@@ -19,10 +17,6 @@ pub(crate) const MARGIN: usize = 16;
 /// A region saves work only when it leaves out enough: below this share of the rows or
 /// columns the whole image is decoded instead (no crop bookkeeping, no second pass).
 const WORTH_IT: f64 = 0.9;
-
-thread_local! {
-    static DECOMPRESSOR: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
-}
 
 /// What the turbo path did.
 pub(super) enum Outcome {
@@ -98,60 +92,57 @@ pub(super) fn decode(
     mut buffer: Vec<u8>,
     plan: impl FnOnce(usize, usize) -> Plan,
 ) -> Result<Outcome> {
-    DECOMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let decompressor = match &mut *slot {
-            Some(d) => d,
-            empty => empty.insert(Decompressor::new().map_err(error)?),
-        };
-        decompressor
-            .set_limits(Limits {
-                max_pixels: options.max_pixels,
-                ..Limits::default()
-            })
-            .map_err(error)?;
-        let header = match decompressor.header(bytes) {
-            Ok(header) => header,
-            Err(e) if e.kind == ErrorKind::Unsupported => return Ok(Outcome::NotMine(buffer)),
-            Err(e) => return Err(error(e)),
-        };
-        check_budget("JPEG", header.width, header.height, options)?;
-        let output = match (options.color, header.components) {
-            (ColorMode::Native, 1) => Output::Grey,
-            _ => Output::Rgb,
-        };
-        let plan = plan(header.width, header.height);
-        let scale = if options.draft {
-            draft_scale(&header, &plan)
-        } else {
-            Scale::ONE
-        };
-        let mut region = plan
-            .region
-            .and_then(|want| region(&header, sampling, want, scale));
-        let shape = match decompressor.decode(bytes, region, scale, output, &mut buffer) {
-            Ok(shape) => shape,
-            // A region libjpeg refuses (a layout whose alignment it reckons otherwise) is
-            // no reason to fail a file that decodes whole: decode it whole.
-            Err(_) if region.is_some() => {
-                region = None;
-                decompressor
-                    .decode(bytes, None, scale, output, &mut buffer)
-                    .map_err(error)?
-            }
-            Err(e) => return Err(error(e)),
-        };
-        let origin = region.map_or((0, 0), |r| (r.x, r.y));
-        Ok(Outcome::Decoded(Decoded {
-            image: Image {
-                width: shape.width,
-                height: shape.height,
-                channels: shape.channels,
-                data: buffer,
-            },
-            origin,
-            full: (header.width, header.height),
-            scale: scale.denom(),
-        }))
-    })
+    // One per image: loader-turbojpeg reads every header with a fresh libjpeg-turbo handle
+    // anyway (a handle keeps state from the last stream), so keeping one per thread saved
+    // nothing.
+    let mut decompressor = Decompressor::new().map_err(error)?;
+    decompressor
+        .set_limits(Limits {
+            max_pixels: options.max_pixels,
+            ..Limits::default()
+        })
+        .map_err(error)?;
+    let header = match decompressor.header(bytes) {
+        Ok(header) => header,
+        Err(e) if e.kind == ErrorKind::Unsupported => return Ok(Outcome::NotMine(buffer)),
+        Err(e) => return Err(error(e)),
+    };
+    check_budget("JPEG", header.width, header.height, options)?;
+    let output = match (options.color, header.components) {
+        (ColorMode::Native, 1) => Output::Grey,
+        _ => Output::Rgb,
+    };
+    let plan = plan(header.width, header.height);
+    let scale = if options.draft {
+        draft_scale(&header, &plan)
+    } else {
+        Scale::ONE
+    };
+    let mut region = plan
+        .region
+        .and_then(|want| region(&header, sampling, want, scale));
+    let shape = match decompressor.decode(bytes, region, scale, output, &mut buffer) {
+        Ok(shape) => shape,
+        // A region libjpeg refuses (a layout whose alignment it reckons otherwise) is
+        // no reason to fail a file that decodes whole: decode it whole.
+        Err(_) if region.is_some() => {
+            region = None;
+            decompressor
+                .decode(bytes, None, scale, output, &mut buffer)
+                .map_err(error)?
+        }
+        Err(e) => return Err(error(e)),
+    };
+    let origin = region.map_or((0, 0), |r| (r.x, r.y));
+    Ok(Outcome::Decoded(Decoded {
+        image: Image {
+            width: shape.width,
+            height: shape.height,
+            channels: shape.channels,
+            data: buffer,
+        },
+        origin,
+        full: (header.width, header.height),
+        scale: scale.denom(),
+    }))
 }
