@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let seed: u64 = seed.parse()?;
     let store = from_url(&store_url(url)?, options)?;
-    let dataset = Dataset::open_blocking(url, &store, None, &WebDataset::new())?;
+    let dataset = Dataset::open_blocking(url, &store, None, &WebDataset::new().into())?;
     let builder = DataLoader::builder(store, dataset)
         .batch_size(batch_size.parse()?)
         .shuffle(shuffle == "1")

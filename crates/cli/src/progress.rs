@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::webdataset::{Progress, WebDataset};
-use loader_core::{Dataset, DynStorage, Manifest};
+use loader_core::{Dataset, DynStorage, Formats, Manifest};
 
 use crate::Result;
 
@@ -33,11 +33,12 @@ pub fn open_dataset(
     url: &str,
     store: &DynStorage,
     manifest: Option<Manifest<'_>>,
+    columns: (Option<&str>, Option<&str>),
     progress: bool,
 ) -> Result<Dataset> {
     let (bar, indexing) = indexing_bar(progress);
-    let dataset =
-        Dataset::open_blocking(url, store, manifest, &WebDataset::new().progress(indexing))?;
+    let formats = Formats::from(WebDataset::new().progress(indexing)).columns(columns.0, columns.1);
+    let dataset = Dataset::open_blocking(url, store, manifest, &formats)?;
     bar.finish_and_clear();
     Ok(dataset)
 }

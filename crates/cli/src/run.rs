@@ -62,6 +62,15 @@ pub struct Args {
     /// classes per sample) or `values` (numbers).
     #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = label_kind)]
     labels: Option<LabelKind>,
+    /// Parquet files and MDS shards: the column of the images (binary, Hugging Face's struct
+    /// of bytes and path, MDS's jpeg/png/bytes); default the first of image, img, jpg,
+    /// jpeg, png, webp.
+    #[arg(long, value_name = "NAME")]
+    image_column: Option<String>,
+    /// Parquet files and MDS shards: the column of the labels (integers, or in Parquet class
+    /// names; "" for none); default label or cls when present.
+    #[arg(long, value_name = "NAME")]
+    label_column: Option<String>,
     /// Store option as key=value (e.g. aws_endpoint=http://127.0.0.1:9000); repeatable.
     #[arg(long = "option", value_name = "KEY=VALUE")]
     options: Vec<String>,
@@ -194,7 +203,8 @@ pub fn main(args: Args) -> Result {
             labels: args.labels.unwrap_or_default(),
             classes: None,
         });
-        let dataset = open_dataset(url, &store, manifest, progress)?;
+        let columns = (args.image_column.as_deref(), args.label_column.as_deref());
+        let dataset = open_dataset(url, &store, manifest, columns, progress)?;
         eprintln!(
             "{} samples, {} classes at {}",
             dataset.len(),

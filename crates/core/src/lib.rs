@@ -39,7 +39,8 @@
 //!
 //! # Rooms, along the data flow
 //!
-//! `source/` turns what is stored (an ImageFolder listing, a manifest, WebDataset shards)
+//! `source/` turns what is stored (an ImageFolder listing, a manifest, WebDataset shards,
+//! Parquet files)
 //! into the sample index, a [`Dataset`]; every source returns its own [`SourceError`],
 //! which the facade's [`Error`] (`error.rs`, the bottom room) maps back to `Storage` or
 //! `Dataset`. [`LoaderOptions`] (`options.rs`) declares every
@@ -88,7 +89,7 @@ pub use source::{
     Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member, ShardLayout,
     Source, SourceError,
 };
-pub use source::{store_url, webdataset};
+pub use source::{Formats, mds, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
 pub use state::{
     Arrangement, CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,

@@ -3,18 +3,24 @@
 use std::collections::HashMap;
 
 use loader_core::webdataset::WebDataset;
-use loader_core::{Dataset, DynStorage, Label, LabelKind, Manifest, from_url, store_url};
+use loader_core::{Dataset, DynStorage, Formats, Label, LabelKind, Manifest, from_url, store_url};
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 
 use crate::errors;
 
-/// A dataset at a URL: an ImageFolder, WebDataset shards, or a manifest's list. Listing
-/// (and indexing shards) happens once, here; loaders made from it share it.
+/// A dataset at a URL: an ImageFolder, WebDataset shards, Parquet files, MDS shards (an
+/// `index.json` URL), or a manifest's list. Listing (and indexing shards, reading Parquet footers) happens once, here; loaders
+/// made from it share it.
 ///
-/// `Dataset(url, *, manifest=None, labels=None, storage_options=None, fields=None)`: `url` is
-/// `s3://bucket/prefix`, `http(s)://...`, `file:///dir` or a path, or shards as
-/// `s3://bucket/train-{000000..000127}.tar`; `manifest` a CSV (`key,label`) or JSON-lines key
+/// `Dataset(url, *, manifest=None, labels=None, storage_options=None, fields=None,
+/// image_column=None, label_column=None)`: `url` is `s3://bucket/prefix`, `http(s)://...`,
+/// `file:///dir` or a path, or shards as `s3://bucket/train-{000000..000127}.tar`, or
+/// Parquet files (`s3://bucket/data/train-00000-of-00004.parquet`, a brace list of them, or
+/// a prefix holding them), or MDS shards by their `.../index.json`; `image_column` and
+/// `label_column` the Parquet or MDS columns of the
+/// images (binary, or Hugging Face's struct of bytes and path) and labels (`""`: none;
+/// default `image`/`img`/... and `label`/`cls` when present); `manifest` a CSV (`key,label`) or JSON-lines key
 /// under it, read instead of listing; `labels` how its labels are read: `"class"` (the
 /// default: an index or a name), `"multi"` (several classes, batched multi-hot float32
 /// `[N, classes]`) or `"values"` (numbers, batched float32 `[N]` or `[N, K]`); `classes` the
@@ -38,7 +44,8 @@ impl PyDataset {
     /// `key,label` or JSON-lines key under the URL) instead of listing when given.
     /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
     #[new]
-    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None))]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None, image_column = None, label_column = None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
         url: String,
@@ -47,6 +54,8 @@ impl PyDataset {
         fields: Option<Vec<String>>,
         labels: Option<String>,
         classes: Option<Vec<String>>,
+        image_column: Option<String>,
+        label_column: Option<String>,
     ) -> PyResult<Self> {
         if classes.is_some() && manifest.is_none() {
             return Err(errors::config(
@@ -73,6 +82,8 @@ impl PyDataset {
             Some(fields) => WebDataset::new().fields(fields),
             None => WebDataset::new(),
         };
+        let formats =
+            Formats::from(shards).columns(image_column.as_deref(), label_column.as_deref());
         let opened = py.detach(|| -> loader_core::Result<(DynStorage, Dataset)> {
             let store = from_url(&store_url(&url)?, options)?;
             let manifest = manifest.as_deref().map(|key| Manifest {
@@ -80,7 +91,7 @@ impl PyDataset {
                 labels: kind,
                 classes: classes.as_deref(),
             });
-            let dataset = Dataset::open_blocking(&url, &store, manifest, &shards)?;
+            let dataset = Dataset::open_blocking(&url, &store, manifest, &formats)?;
             Ok((store, dataset))
         });
         match opened {

@@ -4,7 +4,8 @@ use crate::item::{Chunk, WorkItem};
 
 /// Runs of neighbouring ranges of one object in `items` (in plan order) are read in one
 /// request each: consecutive ranged items without a chunk of their own whose gap is at most
-/// `gap` bytes and whose joint span is at most `max` bytes get a shared chunk.
+/// `gap` bytes and whose joint span is at most `max` bytes get a shared chunk; items stored
+/// encoded ([`RecordOf`](crate::RecordOf)) share one only with items of the same span.
 pub(crate) fn coalesce(items: &mut [WorkItem], gap: u64, max: u64) {
     let mut start = 0;
     while start < items.len() {
@@ -22,7 +23,14 @@ pub(crate) fn coalesce(items: &mut [WorkItem], gap: u64, max: u64) {
             let joined = span.start.min(s.start)..span.end.max(s.end);
             let near =
                 s.start <= span.end.saturating_add(gap) && s.end.saturating_add(gap) >= span.start;
-            if next.key != items[start].key || !near || joined.end - joined.start > max {
+            // An encoded span is decoded once per request only when the request is that
+            // span: rows of one page share a request, neighbouring pages do not.
+            let encoded = items[start].record.is_some() || next.record.is_some();
+            if next.key != items[start].key
+                || !near
+                || joined.end - joined.start > max
+                || (encoded && s != span)
+            {
                 break;
             }
             span = joined;

@@ -395,6 +395,7 @@ fn job(plan: &BatchPlan, i: usize, seq: u64, kept: &mut KeptChunks) -> Job {
         seq,
         unit: kept.unit_for(item, trace_id),
         members: Arc::clone(&item.members),
+        record: item.record.clone(),
         info,
     }
 }

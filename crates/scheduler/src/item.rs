@@ -32,6 +32,9 @@ pub struct WorkItem {
     /// positions from the plan's (a rank's share of a global batch); `None`: the plan's
     /// position plus its place in the batch.
     pub position: Option<u64>,
+    /// When its bytes are stored encoded (a Parquet page's value): how its `range` is
+    /// decoded, and which of the decoded records is its. `None`: its `range` is its bytes.
+    pub record: Option<RecordOf>,
 }
 
 impl WorkItem {
@@ -69,6 +72,46 @@ pub struct Member {
     /// Its bytes within the object.
     pub range: Range<u64>,
 }
+
+/// Samples stored encoded inside a span of their object (a Parquet page: compressed, its
+/// values encoded one after another): the span is fetched and decoded once, by the first
+/// of its items to need it, and each item takes its record by slot. What a source that
+/// is not a plain byte layout (Parquet, compressed shards) gives the engine.
+pub trait Records: Send + Sync + fmt::Debug {
+    /// The records of `range` of `key`, whose bytes are `bytes`, in slot order. The error
+    /// says what is wrong with the bytes; the engine adds the key and the backend.
+    fn decode(&self, key: &str, range: &Range<u64>, bytes: Bytes) -> Result<Vec<Record>, String>;
+}
+
+/// One sample's parts, decoded out of its span.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Its main bytes (the image); `None` when the stored value is missing (a null).
+    pub bytes: Option<Bytes>,
+    /// Its other parts by name, handed to the CPU stage in [`SampleInfo::members`].
+    pub members: Vec<(Arc<str>, Bytes)>,
+    /// Its label when it is stored with the sample (an MDS column), replacing the one its
+    /// item was planned with; `None`: the item's.
+    pub label: Option<Label>,
+}
+
+/// Where an item's bytes are among the records of its span.
+#[derive(Debug, Clone)]
+pub struct RecordOf {
+    /// How the span is decoded: one instance for every item of a span, so the engine
+    /// decodes it once.
+    pub records: Arc<dyn Records>,
+    /// The item's record among them.
+    pub slot: u32,
+}
+
+impl PartialEq for RecordOf {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.records, &other.records) && self.slot == other.slot
+    }
+}
+
+impl Eq for RecordOf {}
 
 /// A span read in one request that feeds several items.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

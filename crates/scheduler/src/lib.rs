@@ -89,8 +89,8 @@ pub use decoded::Weigh;
 pub use engine::{Engine, THREAD_PREFIX, detached_on_drop};
 pub use hedge::Hedge;
 pub use item::{
-    BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, SampleInfo,
-    StageError, WorkItem, span_of,
+    BatchPlan, Chunk, EngineError, ItemError, ItemFailure, Member, RawBatch, Record, RecordOf,
+    Records, SampleInfo, StageError, WorkItem, span_of,
 };
 pub use label::{ClassSet, Label};
 pub use limit::LimitReason;

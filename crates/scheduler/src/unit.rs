@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use futures::FutureExt;
@@ -11,7 +11,7 @@ use loader_storage::{DynStorage, Error, ErrorKind, GetOptions, Observer, Served}
 use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::hedge::{Hedge, Hedger};
-use crate::item::Member;
+use crate::item::{Member, Record, RecordOf};
 use crate::metrics::{InFlight, Metrics};
 use crate::slots::Slots;
 
@@ -70,6 +70,9 @@ pub(crate) struct Unit {
     /// Trace id and dataset index of the item that made it, for the trace.
     trace_id: (u64, u64),
     fetched: OnceCell<Result<Fetched, Arc<Error>>>,
+    /// Its records, for items stored encoded ([`RecordOf`]), decoded by the first of
+    /// them to need them.
+    records: OnceLock<Result<Arc<[Record]>, Arc<Error>>>,
 }
 
 struct Fetched {
@@ -86,6 +89,7 @@ impl Unit {
             range,
             trace_id,
             fetched: OnceCell::new(),
+            records: OnceLock::new(),
         }
     }
 
@@ -242,17 +246,82 @@ impl Unit {
     }
 }
 
-/// An item's bytes and its members', by name.
-pub(crate) type CutItem = (Bytes, Vec<(Arc<str>, Bytes)>);
+/// An item's bytes, its members' by name, and its label when stored with it.
+pub(crate) type CutItem = (Bytes, Vec<(Arc<str>, Bytes)>, Option<crate::Label>);
 
-/// The bytes an item needs, cut out of its unit: its own (a slice) and its members' (copies).
+impl Unit {
+    /// The records of `range` (the item's span), decoded once per unit when the unit is
+    /// that span, and for the item alone when the unit is larger (a coalesced request).
+    fn records(
+        &self,
+        cx: &FetchContext,
+        bytes: &Bytes,
+        range: &Range<u64>,
+        of: &RecordOf,
+    ) -> Result<Arc<[Record]>, Arc<Error>> {
+        let decode = || {
+            let own = self.cut(cx, bytes, range)?;
+            of.records
+                .decode(&self.key, range, own)
+                .map(Arc::from)
+                .map_err(|cause| {
+                    Arc::new(self.error(
+                        cx,
+                        ErrorKind::Other,
+                        &format!("bytes {}..{}: {cause}", range.start, range.end),
+                    ))
+                })
+        };
+        if self.range.as_ref() == Some(range) {
+            self.records.get_or_init(decode).clone()
+        } else {
+            decode()
+        }
+    }
+}
+
+/// The bytes an item needs, cut out of its unit: its own (a slice) and its members' (copies),
+/// or, for an item stored encoded, its record's.
 pub(crate) fn cut_item(
     unit: &Unit,
     cx: &FetchContext,
     bytes: &Bytes,
     range: &Option<Range<u64>>,
     members: &[Member],
+    record: Option<&RecordOf>,
 ) -> Result<CutItem, Arc<Error>> {
+    if let Some(of) = record {
+        let Some(range) = range else {
+            return Err(Arc::new(unit.error(
+                cx,
+                ErrorKind::Other,
+                "a sample stored encoded has no byte range to decode",
+            )));
+        };
+        let records = unit.records(cx, bytes, range, of)?;
+        let fail = |message: String| {
+            Arc::new(unit.error(
+                cx,
+                ErrorKind::Other,
+                &format!("bytes {}..{}: {message}", range.start, range.end),
+            ))
+        };
+        let Some(record) = records.get(of.slot as usize) else {
+            return Err(fail(format!(
+                "record {} asked for, but the span decodes to {} records: was the object \
+                 replaced since it was indexed?",
+                of.slot,
+                records.len()
+            )));
+        };
+        let Some(main) = record.bytes.clone() else {
+            return Err(fail(format!(
+                "record {} has no value (it is null)",
+                of.slot
+            )));
+        };
+        return Ok((main, record.members.clone(), record.label.clone()));
+    }
     let main = match range {
         Some(r) => unit.cut(cx, bytes, r)?,
         None => bytes.clone(),
@@ -267,5 +336,5 @@ pub(crate) fn cut_item(
             Ok((Arc::clone(&m.name), Bytes::copy_from_slice(&cut)))
         })
         .collect::<Result<Vec<_>, Arc<Error>>>()?;
-    Ok((main, members))
+    Ok((main, members, None))
 }

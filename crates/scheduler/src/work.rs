@@ -13,7 +13,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, watch};
 
-use crate::item::{ItemError, ItemFailure, Member, SampleInfo};
+use crate::item::{ItemError, ItemFailure, Member, RecordOf, SampleInfo};
 use crate::pool::PoolHandle;
 use crate::stage::{Stage, panic_message};
 use crate::unit::{FetchContext, Unit, cut_item};
@@ -39,6 +39,7 @@ pub(crate) struct Job {
     pub(crate) seq: u64,
     pub(crate) info: SampleInfo,
     pub(crate) members: Arc<[Member]>,
+    pub(crate) record: Option<RecordOf>,
     pub(crate) unit: Arc<Unit>,
 }
 
@@ -46,9 +47,19 @@ pub(crate) struct Job {
 async fn fetch<T>(shared: &Shared<T>, job: &mut Job) -> Result<Bytes, ItemFailure> {
     let cx = &shared.fetch;
     let bytes = job.unit.bytes(cx).await.map_err(ItemFailure::Fetch)?;
-    let (main, members) = cut_item(&job.unit, cx, &bytes, &job.info.range, &job.members)
-        .map_err(ItemFailure::Fetch)?;
+    let (main, members, label) = cut_item(
+        &job.unit,
+        cx,
+        &bytes,
+        &job.info.range,
+        &job.members,
+        job.record.as_ref(),
+    )
+    .map_err(ItemFailure::Fetch)?;
     job.info.members = members;
+    if let Some(label) = label {
+        job.info.label = label;
+    }
     Ok(main)
 }
 

@@ -1,7 +1,8 @@
 //! What the engine is told about chunks: for each read of a rank's batches, whether it reads
 //! its chunk whole (when the rank reads at least half of the chunk's samples in the reads
-//! ahead; else the sample alone, a ranged request the engine may coalesce), and which read of
-//! a chunk is its last for a while, so the engine lets the chunk go.
+//! ahead, or the sample is stored encoded in it; else the sample alone, a ranged request the
+//! engine may coalesce), and which read of a chunk is its last for a while, so the engine
+//! lets the chunk go.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -97,44 +98,46 @@ impl Iterator for Chunked {
         self.fill();
         let cut = self.ahead.pop_front()?;
         self.buffered -= cut.reads.len();
-        let items = cut
-            .reads
-            .iter()
-            .map(|read| {
-                let index = read.index;
-                // An index past the dataset reads as an invalid key, reported per item.
-                let mut item = self
-                    .dataset
-                    .get(index)
-                    .map(Item::to_work)
-                    .unwrap_or_default();
-                item.index = index as u64;
-                item.position = read.position;
-                if read.chunkable
-                    && let Some((id, range)) = self.dataset.chunk(index)
-                {
-                    let left = self.counts.get(&id).copied().unwrap_or(1);
-                    let whole = *self
-                        .open
-                        .entry(id)
-                        .or_insert_with(|| 2 * left >= self.dataset.chunk_samples(id));
-                    let left = left.saturating_sub(1);
-                    if left == 0 {
-                        self.counts.remove(&id);
-                        self.open.remove(&id);
-                    } else {
-                        self.counts.insert(id, left);
-                    }
-                    if whole {
-                        item.chunk = Some(Chunk {
-                            range,
-                            last_use: left == 0,
+        let items =
+            cut.reads
+                .iter()
+                .map(|read| {
+                    let index = read.index;
+                    // An index past the dataset reads as an invalid key, reported per item.
+                    let mut item = self
+                        .dataset
+                        .get(index)
+                        .map(Item::to_work)
+                        .unwrap_or_default();
+                    item.index = index as u64;
+                    item.position = read.position;
+                    if read.chunkable
+                        && let Some((id, range)) = self.dataset.chunk(index)
+                    {
+                        let left = self.counts.get(&id).copied().unwrap_or(1);
+                        // A sample stored encoded (a Parquet page's row) is read with its whole
+                        // chunk anyway: keeping the chunk for the reads ahead can only save GETs.
+                        let encoded = item.record.is_some();
+                        let whole = *self.open.entry(id).or_insert_with(|| {
+                            encoded || 2 * left >= self.dataset.chunk_samples(id)
                         });
+                        let left = left.saturating_sub(1);
+                        if left == 0 {
+                            self.counts.remove(&id);
+                            self.open.remove(&id);
+                        } else {
+                            self.counts.insert(id, left);
+                        }
+                        if whole {
+                            item.chunk = Some(Chunk {
+                                range,
+                                last_use: left == 0,
+                            });
+                        }
                     }
-                }
-                item
-            })
-            .collect::<Vec<WorkItem>>();
+                    item
+                })
+                .collect::<Vec<WorkItem>>();
         let mut plan = BatchPlan::new(cut.epoch, cut.start, items, cut.last);
         plan.covers = cut.end - cut.start;
         plan.padding = cut.padding;

@@ -839,6 +839,9 @@ fn arrange(
     world: usize,
 ) -> Arranged {
     let sharded = !data.shards().is_empty();
+    // Samples stored encoded (Parquet rows) are read with their chunk (a page) in any order:
+    // the engine then keeps the page for the reads of it ahead instead of fetching it again.
+    let encoded = sharded && data.get(0).is_some_and(|item| item.record.is_some());
     let (kind, stamp) = if options.shuffle {
         (SourceKind::Shuffled, Arrangement::Shuffled)
     } else {
@@ -849,7 +852,7 @@ fn arrange(
             offset: range.start,
             len: range.len(),
             kind,
-            chunked: false,
+            chunked: encoded,
             stamp: Arrangement::Subset {
                 start: range.start as u64,
                 end: range.end as u64,
@@ -891,7 +894,7 @@ fn arrange(
         offset: 0,
         len: data.len(),
         kind,
-        chunked: !options.shuffle && sharded,
+        chunked: (!options.shuffle && sharded) || encoded,
         stamp,
     }
 }

@@ -96,6 +96,27 @@ pub enum SourceError {
         /// What is wrong.
         problem: String,
     },
+    /// A Parquet file cannot be read as a dataset (its footer, offset index, columns or
+    /// labels).
+    #[error("Parquet file {file:?} on {store}: {problem}")]
+    Parquet {
+        /// The file's key.
+        file: String,
+        /// Its store.
+        store: String,
+        /// What is wrong, and where (row group, row).
+        problem: String,
+    },
+    /// An MDS dataset cannot be read (its index, a shard's offset table, its columns).
+    #[error("MDS file {file:?} on {store}: {problem}")]
+    Mds {
+        /// The index's or shard's key.
+        file: String,
+        /// Its store.
+        store: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// The shard list or URL cannot be understood.
     #[error("shard list {0:?}: {1}")]
     List(String, String),
@@ -107,7 +128,11 @@ impl SourceError {
     pub fn is_shard(&self) -> bool {
         matches!(
             self,
-            Self::Corrupt { .. } | Self::Sample { .. } | Self::List(..)
+            Self::Corrupt { .. }
+                | Self::Sample { .. }
+                | Self::List(..)
+                | Self::Parquet { .. }
+                | Self::Mds { .. }
         )
     }
 }

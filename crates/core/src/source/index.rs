@@ -24,6 +24,9 @@ pub struct Item {
     /// Its other parts stored beside it (WebDataset's `.cls`, `.json`, ...), handed to the
     /// CPU stage in `SampleInfo::members`.
     pub members: Arc<[Member]>,
+    /// When `range` holds it encoded (a Parquet page): how the range decodes, and which
+    /// record is this sample. `None`: `range` is its bytes.
+    pub record: Option<loader_scheduler::RecordOf>,
 }
 
 impl Item {
@@ -229,6 +232,7 @@ impl Item {
             members: Arc::clone(&self.members),
             chunk: None,
             position: None,
+            record: self.record.clone(),
         }
     }
 }

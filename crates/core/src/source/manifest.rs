@@ -298,6 +298,7 @@ impl Dataset {
                 range: key.range.clone(),
                 name: None,
                 members: Arc::default(),
+                record: None,
                 label: match label {
                     Cell::Absent => Label::None,
                     Cell::Int(v) if !named => Label::Class(*v),

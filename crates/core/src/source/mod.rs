@@ -1,6 +1,6 @@
 //! Sources: where a dataset's samples come from. Each builds the same sample index
 //! ([`Dataset`]: items, classes, shard layouts, the objects read) from what the data is
-//! stored as: an ImageFolder listing, a manifest, WebDataset shards, or a Vec.
+//! stored as: an ImageFolder listing, a manifest, WebDataset shards, Parquet files, MDS shards, or a Vec.
 //!
 //! Rooms: `extensions` (which keys are images) and `error` (what can be wrong with a
 //! source, the one [`SourceError`]) at the bottom, `index` (the sample index),
@@ -13,8 +13,10 @@ mod extensions;
 mod image_folder;
 mod index;
 mod manifest;
+pub mod mds;
 mod mixture;
 mod open;
+pub mod parquet;
 pub mod webdataset;
 
 pub use error::SourceError;
@@ -23,4 +25,4 @@ pub use index::{Dataset, Item, Member, ShardLayout};
 pub use manifest::{LabelKind, Manifest, ManifestFormat};
 pub use mixture::Source;
 pub(crate) use mixture::combine;
-pub use open::store_url;
+pub use open::{Formats, store_url};

@@ -21,7 +21,8 @@ class HostBuffer:
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
 class Dataset:
-    """A dataset at a URL: an ImageFolder, WebDataset shards, or a manifest's samples."""
+    """A dataset at a URL: an ImageFolder, WebDataset shards, Parquet files, or a
+    manifest's samples."""
 
     def __init__(
         self,
@@ -32,6 +33,8 @@ class Dataset:
         fields: list[str] | None = None,
         labels: str | None = None,
         classes: list[str] | None = None,
+        image_column: str | None = None,
+        label_column: str | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property

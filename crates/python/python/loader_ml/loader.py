@@ -644,6 +644,13 @@ class DataLoader:
         classes: the classes the manifest's labels must be among, in index order (e.g.
             ``train_loader.dataset.classes`` for a validation manifest, so indices and
             multi-hot columns agree); a label outside them is an error naming its line.
+        image_column, label_column: for Parquet files (Hugging Face's layout among
+            others) and MDS shards (a URL ending in ``index.json``), the columns of the
+            images (binary, or a struct of ``bytes`` and ``path``; MDS ``jpeg``, ``png`` or
+            ``bytes``; default the first of ``image``, ``img``, ``jpg``, ``jpeg``, ``png``,
+            ``webp``) and of the labels (integers, with ``ClassLabel`` names when
+            ``datasets`` wrote the file, or class-name strings in Parquet; default
+            ``label`` or ``cls`` when present, ``""`` for none).
         rank, world_size: this process's share of every global batch (default: from
             torch.distributed's process group when it is initialised, else ``RANK`` and
             ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
@@ -784,6 +791,8 @@ class DataLoader:
         pin_memory: bool = False,
         fields: str | Sequence[str] | None = None,
         decode: dict[str, sample_fields.Decoder] | None = None,
+        image_column: str | None = None,
+        label_column: str | None = None,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -809,10 +818,13 @@ class DataLoader:
             if isinstance(one, (str, os.PathLike)):
                 one = Dataset(os.fspath(one), manifest=manifest, labels=labels,
                               classes=None if classes is None else list(classes),
-                              storage_options=storage_options, fields=names)
-            elif any(v is not None for v in (manifest, storage_options, labels, classes)):
-                raise ConfigError("manifest, labels, classes and storage_options belong to "
-                                  "the Dataset given: open it with them, or give the URL")
+                              storage_options=storage_options, fields=names,
+                              image_column=image_column, label_column=label_column)
+            elif any(v is not None for v in (manifest, storage_options, labels, classes,
+                                             image_column, label_column)):
+                raise ConfigError("manifest, labels, classes, storage_options, image_column "
+                                  "and label_column belong to the Dataset given: open it "
+                                  "with them, or give the URL")
             elif one.num_shards and one.fields != names:
                 raise ConfigError(
                     f"fields={names!r}, but the Dataset given was opened with fields="

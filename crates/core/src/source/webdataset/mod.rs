@@ -43,6 +43,7 @@ pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex, default_cache_dir, wri
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
 use super::index::Dataset;
+use super::parquet::is_parquet;
 use loader_scheduler::Label;
 
 use super::index::{Item, Member, ShardLayout};
@@ -609,6 +610,7 @@ impl WebDataset {
             label,
             name: Some(sample.key.as_str().into()),
             members: members.into(),
+            record: None,
         })
     }
 }
@@ -654,7 +656,7 @@ pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
     let list_error = |problem: String| SourceError::List(loader_storage::redact(url), problem);
     let cut = match url.find('{') {
         Some(brace) => url[..brace].rfind('/'),
-        None if is_tar(url) || compressed_tar(url).is_some() => url.rfind('/'),
+        None if is_tar(url) || compressed_tar(url).is_some() || is_parquet(url) => url.rfind('/'),
         None => return Ok((url.trim_end_matches('/').to_owned(), None)),
     };
     let (root, pattern) = match cut {
@@ -677,9 +679,9 @@ pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
     Ok((if root.is_empty() { "/".into() } else { root }, Some(keys)))
 }
 
-/// Whether `url` names shards (a brace list or a `.tar`) rather than a prefix.
+/// Whether `url` names files (a brace list, a `.tar` or a `.parquet`) rather than a prefix.
 pub fn is_shard_url(url: &str) -> bool {
-    url.contains('{') || is_tar(url) || compressed_tar(url).is_some()
+    url.contains('{') || is_tar(url) || compressed_tar(url).is_some() || is_parquet(url)
 }
 
 fn is_tar(name: &str) -> bool {

@@ -1,0 +1,281 @@
+//! Which leaf columns hold a Parquet dataset's images and labels, and reading the labels.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parquet::basic::{LogicalType, Type as PhysicalType};
+use parquet::column::reader::{ColumnReader, ColumnReaderImpl};
+use parquet::data_type::{ByteArrayType, DataType};
+use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
+use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
+
+use super::footer::Sparse;
+
+/// Names an image column goes by when none is given: Hugging Face's `image` (a struct of
+/// `bytes` and `path`), CIFAR's `img`, WebDataset-style extensions.
+pub(super) const IMAGE_NAMES: [&str; 6] = ["image", "img", "jpg", "jpeg", "png", "webp"];
+
+/// Names a label column goes by when none is given.
+pub(super) const LABEL_NAMES: [&str; 2] = ["label", "cls"];
+
+/// How a label column's values read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum LabelValues {
+    /// Integers: class indices.
+    Integer,
+    /// UTF-8 strings: class names.
+    Name,
+}
+
+/// The leaf columns a dataset is read from.
+#[derive(Debug, Clone)]
+pub(super) struct Columns {
+    /// The image bytes' leaf (`image.bytes` of Hugging Face's struct, or a binary column).
+    pub(super) image: usize,
+    /// The label's leaf, and how its values read.
+    pub(super) label: Option<(usize, LabelValues)>,
+    /// The label column's name, for messages and Hugging Face's class names.
+    pub(super) label_name: Option<String>,
+}
+
+/// The leaf a column name means: the column itself, or Hugging Face's `name.bytes`.
+fn leaf(schema: &SchemaDescriptor, name: &str, image: bool) -> Option<usize> {
+    let columns = schema.columns();
+    let parts = |i: usize| columns[i].path().parts().to_vec();
+    (0..columns.len())
+        .find(|&i| parts(i) == [name])
+        .or_else(|| {
+            image
+                .then(|| (0..columns.len()).find(|&i| parts(i) == [name, "bytes"]))
+                .flatten()
+        })
+}
+
+fn leaf_names(schema: &SchemaDescriptor) -> String {
+    schema
+        .columns()
+        .iter()
+        .map(|c| c.path().string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The columns of `schema` to read: `image` (or the first of [`IMAGE_NAMES`] present) and
+/// `label` (`Some("")`: none; `None`: the first of [`LABEL_NAMES`] present, or none).
+pub(super) fn choose(
+    schema: &SchemaDescriptor,
+    image: Option<&str>,
+    label: Option<&str>,
+) -> Result<Columns, String> {
+    let image = match image {
+        Some(name) => leaf(schema, name, true).ok_or_else(|| {
+            format!(
+                "no column {name:?} (or {name}.bytes) for images; its columns are {}",
+                leaf_names(schema)
+            )
+        })?,
+        None => IMAGE_NAMES
+            .iter()
+            .find_map(|n| leaf(schema, n, true))
+            .ok_or_else(|| {
+                format!(
+                    "no image column among {IMAGE_NAMES:?}; name the column that holds the \
+                     image bytes (image_column=..., --image-column); its columns are {}",
+                    leaf_names(schema)
+                )
+            })?,
+    };
+    let descr = schema.column(image);
+    if descr.physical_type() != PhysicalType::BYTE_ARRAY || descr.max_rep_level() > 0 {
+        return Err(format!(
+            "column {} holds {:?}{}, not one binary value per row: images are read from a \
+             binary column or Hugging Face's struct of bytes and path",
+            descr.path().string(),
+            descr.physical_type(),
+            if descr.max_rep_level() > 0 {
+                " in lists"
+            } else {
+                ""
+            }
+        ));
+    }
+    let label_name = match label {
+        Some("") => None,
+        Some(name) => Some(name.to_owned()),
+        None => LABEL_NAMES
+            .iter()
+            .find(|n| leaf(schema, n, false).is_some())
+            .map(|n| (*n).to_owned()),
+    };
+    let label = match &label_name {
+        None => None,
+        Some(name) => {
+            let i = leaf(schema, name, false).ok_or_else(|| {
+                format!(
+                    "no label column {name:?}; its columns are {}",
+                    leaf_names(schema)
+                )
+            })?;
+            Some((i, label_values(&schema.column(i))?))
+        }
+    };
+    Ok(Columns {
+        image,
+        label,
+        label_name,
+    })
+}
+
+fn label_values(descr: &ColumnDescPtr) -> Result<LabelValues, String> {
+    let name = descr.path().string();
+    if descr.max_rep_level() > 0 {
+        return Err(format!(
+            "label column {name} holds lists: several labels per row are not read from \
+             Parquet yet; choose a column of one class per row (label_column=...), or none \
+             (label_column=\"\")"
+        ));
+    }
+    match descr.physical_type() {
+        PhysicalType::INT32 | PhysicalType::INT64 => Ok(LabelValues::Integer),
+        PhysicalType::BYTE_ARRAY
+            if matches!(descr.logical_type_ref(), Some(LogicalType::String))
+                || descr.converted_type() == parquet::basic::ConvertedType::UTF8 =>
+        {
+            Ok(LabelValues::Name)
+        }
+        other => Err(format!(
+            "label column {name} holds {other:?}: Parquet labels are read as classes, from \
+             integers or class-name strings; choose another column (label_column=...) or \
+             none (label_column=\"\")"
+        )),
+    }
+}
+
+/// The class names Hugging Face's `datasets` stores for `column` when it is a `ClassLabel`.
+pub(super) fn class_label_names(meta: &ParquetMetaData, column: &str) -> Option<Vec<String>> {
+    let kv = meta.file_metadata().key_value_metadata()?;
+    let text = kv
+        .iter()
+        .find(|k| k.key == "huggingface")?
+        .value
+        .as_deref()?;
+    let json: serde_json::Value = serde_json::from_str(text).ok()?;
+    let feature = json.get("info")?.get("features")?.get(column)?;
+    if feature.get("_type")?.as_str()? != "ClassLabel" {
+        return None;
+    }
+    feature
+        .get("names")?
+        .as_array()?
+        .iter()
+        .map(|n| n.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// One row's label value as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Value {
+    Int(i64),
+    Name(String),
+    Null,
+}
+
+/// Every value of leaf `column` in row group `rg`, whose column chunk's bytes are `bytes`.
+pub(super) fn read_values(
+    size: u64,
+    rg: &RowGroupMetaData,
+    column: usize,
+    bytes: Bytes,
+) -> Result<Vec<Value>, String> {
+    let chunk = rg.column(column);
+    let (start, _) = chunk.byte_range();
+    let rows = usize::try_from(rg.num_rows()).map_err(|_| "a negative row count".to_owned())?;
+    let sparse = Sparse {
+        size,
+        spans: vec![(start, bytes)],
+    };
+    let pages = SerializedPageReader::new(Arc::new(sparse), chunk, rows, None)
+        .map_err(|e| e.to_string())?;
+    let descr = chunk.column_descr_ptr();
+    let max_def = descr.max_def_level();
+    let reader = parquet::column::reader::get_column_reader(descr, Box::new(pages));
+    let mut defs = Vec::with_capacity(rows);
+    let values: Vec<Value> = match reader {
+        ColumnReader::Int32ColumnReader(r) => read_all(r, rows, &mut defs)?
+            .into_iter()
+            .map(|v| Value::Int(i64::from(v)))
+            .collect(),
+        ColumnReader::Int64ColumnReader(r) => read_all(r, rows, &mut defs)?
+            .into_iter()
+            .map(Value::Int)
+            .collect(),
+        ColumnReader::ByteArrayColumnReader(r) => read_all::<ByteArrayType>(r, rows, &mut defs)?
+            .into_iter()
+            .map(|v| {
+                String::from_utf8(v.data().to_vec())
+                    .map(Value::Name)
+                    .map_err(|_| "a label that is not UTF-8".to_owned())
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err("a label column of another type".into()),
+    };
+    Ok(spread(values, &defs, max_def, rows)?
+        .into_iter()
+        .map(|v| v.unwrap_or(Value::Null))
+        .collect())
+}
+
+/// Reads `rows` records of a column, filling `defs`; its values (nulls left out).
+pub(super) fn read_all<T: DataType>(
+    mut reader: ColumnReaderImpl<T>,
+    rows: usize,
+    defs: &mut Vec<i16>,
+) -> Result<Vec<T::T>, String> {
+    let mut values = Vec::new();
+    let mut read = 0;
+    while read < rows {
+        let (records, _, _) = reader
+            .read_records(rows - read, Some(defs), None, &mut values)
+            .map_err(|e| e.to_string())?;
+        if records == 0 {
+            return Err(format!(
+                "the column chunk holds {read} rows where its row group says {rows}"
+            ));
+        }
+        read += records;
+    }
+    Ok(values)
+}
+
+/// Values (nulls left out) spread over their `rows` by definition levels: `None` for a
+/// null (the row's value, or a struct holding it, is missing).
+pub(super) fn spread<V>(
+    values: Vec<V>,
+    defs: &[i16],
+    max_def: i16,
+    rows: usize,
+) -> Result<Vec<Option<V>>, String> {
+    let count = |n: usize| format!("{n} values for {rows} rows");
+    if max_def == 0 {
+        if values.len() != rows {
+            return Err(count(values.len()));
+        }
+        return Ok(values.into_iter().map(Some).collect());
+    }
+    if defs.len() != rows {
+        return Err(count(defs.len()));
+    }
+    let present = defs.iter().filter(|&&d| d == max_def).count();
+    if present != values.len() {
+        return Err(format!(
+            "{} values where the definition levels say {present}",
+            values.len()
+        ));
+    }
+    let mut values = values.into_iter();
+    Ok(defs
+        .iter()
+        .map(|&d| if d == max_def { values.next() } else { None })
+        .collect())
+}

@@ -1,0 +1,413 @@
+//! Parquet files as a dataset, the layout of Hugging Face's image datasets among others:
+//! an image column (binary, or `datasets`' struct of `bytes` and `path`) and an optional
+//! label column (integers, `ClassLabel` names from the file's metadata, or class-name
+//! strings). A sample is a row; the engine reads the image column a page at a time (one
+//! ranged GET per page, the page decoded once for all its rows), never whole row groups,
+//! when the file has an offset index.
+//!
+//! Opening reads each file's footer and offset index (one GET from its end, usually) and
+//! its label column; images are read as samples are loaded.
+
+mod columns;
+mod footer;
+mod pages;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use loader_scheduler::{Label, RecordOf};
+use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{DynStorage, ObjectMeta, Storage};
+use parquet::file::metadata::ParquetMetaData;
+
+use super::blocking::block_on_own_thread;
+use super::error::{Result, SourceError};
+use super::index::{Dataset, Item, ShardLayout};
+use columns::{Columns, LabelValues, Value};
+use footer::FooterError;
+use pages::{Cut, ImageColumn};
+
+/// Whether a key or URL names a Parquet file (by its `.parquet` suffix).
+pub fn is_parquet(name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".parquet")
+}
+
+/// How Parquet files become a [`Dataset`]: which columns hold the images and labels.
+#[derive(Debug, Clone)]
+pub struct Parquet {
+    image_column: Option<String>,
+    label_column: Option<String>,
+    concurrency: usize,
+}
+
+impl Default for Parquet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One file as opened: its metadata, columns, units and label values.
+struct Opened {
+    meta: ObjectMeta,
+    footer: Arc<ParquetMetaData>,
+    columns: Columns,
+    units: Vec<pages::Unit>,
+    cut: Cut,
+    /// Every row's label value, row group by row group.
+    labels: Vec<Value>,
+    /// Row of the file each row group starts at.
+    group_starts: Vec<u64>,
+}
+
+impl Parquet {
+    /// Images from the first column named `image`, `img`, `jpg`, `jpeg`, `png` or `webp`
+    /// (or its `bytes` field), labels from `label` or `cls` when present; 8 files opened
+    /// at a time.
+    pub fn new() -> Self {
+        Self {
+            image_column: None,
+            label_column: None,
+            concurrency: 8,
+        }
+    }
+
+    /// The column holding the images: binary, or a struct with a binary `bytes` field.
+    pub fn image_column(mut self, name: impl Into<String>) -> Self {
+        self.image_column = Some(name.into());
+        self
+    }
+
+    /// The column holding the labels (integers or class-name strings); `""` for none, so
+    /// every sample is unlabelled.
+    pub fn label_column(mut self, name: impl Into<String>) -> Self {
+        self.label_column = Some(name.into());
+        self
+    }
+
+    /// The dataset in `files` (keys of `store`, each a Parquet file), in that order.
+    pub async fn load(&self, store: &DynStorage, files: &[String]) -> Result<Dataset> {
+        let retried = RetryStore::new(&**store, RetryConfig::default());
+        let retried = &retried;
+        let metas: Vec<ObjectMeta> = futures::stream::iter(files)
+            .map(|k| async move { retried.head(k).await })
+            .buffered(self.concurrency * 4)
+            .try_collect()
+            .await?;
+        self.load_metas(store, metas).await
+    }
+
+    /// [`Parquet::load`] for synchronous callers.
+    pub fn load_blocking(&self, store: &DynStorage, files: &[String]) -> Result<Dataset> {
+        block_on_own_thread(|| self.load(store, files))
+    }
+
+    /// The dataset in the files `metas` describe (size and version, from a listing or
+    /// HEAD), in that order.
+    pub async fn load_metas(&self, store: &DynStorage, metas: Vec<ObjectMeta>) -> Result<Dataset> {
+        if metas.is_empty() {
+            return Err(SourceError::Invalid(format!(
+                "no Parquet files to read on {}",
+                store.name()
+            )));
+        }
+        let retried = RetryStore::new(&**store, RetryConfig::default());
+        let retried = &retried;
+        let opened: Vec<Opened> = futures::stream::iter(metas)
+            .map(|meta| async move { self.open(retried, store.name(), meta).await })
+            .buffered(self.concurrency)
+            .try_collect()
+            .await?;
+        dataset(store.name(), opened)
+    }
+
+    /// [`Parquet::load_metas`] for synchronous callers.
+    pub fn load_metas_blocking(
+        &self,
+        store: &DynStorage,
+        metas: Vec<ObjectMeta>,
+    ) -> Result<Dataset> {
+        block_on_own_thread(|| self.load_metas(store, metas))
+    }
+
+    async fn open(&self, store: &dyn Storage, name: &str, meta: ObjectMeta) -> Result<Opened> {
+        let (key, version) = (meta.key.clone(), meta.version.clone());
+        let fetch = |range| {
+            let (key, version) = (&key, &version);
+            async move { footer::get(store, key, range, version.as_deref()).await }
+        };
+        self.open_with(name, meta, fetch).await
+    }
+
+    /// Opens the file `meta` describes, on the store called `name`, reading its spans
+    /// with `fetch`.
+    async fn open_with<F, Fut>(&self, name: &str, meta: ObjectMeta, fetch: F) -> Result<Opened>
+    where
+        F: Fn(std::ops::Range<u64>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
+    {
+        let problem = |problem: String| SourceError::Parquet {
+            file: meta.key.clone(),
+            store: name.to_owned(),
+            problem,
+        };
+        let failed = |e: FooterError| match e {
+            FooterError::Storage(e) => SourceError::Storage(e),
+            FooterError::Parquet(e) => problem(e.to_string()),
+        };
+        let footer = footer::read_metadata(meta.size, &fetch)
+            .await
+            .map_err(failed)?;
+        let columns = columns::choose(
+            footer.file_metadata().schema_descr(),
+            self.image_column.as_deref(),
+            self.label_column.as_deref(),
+        )
+        .map_err(problem)?;
+        let (units, cut) = pages::units(&footer, columns.image, meta.size).map_err(problem)?;
+        let mut group_starts = Vec::with_capacity(footer.num_row_groups());
+        let mut rows = 0u64;
+        for group in footer.row_groups() {
+            group_starts.push(rows);
+            rows += u64::try_from(group.num_rows()).unwrap_or(0);
+        }
+        let mut labels = Vec::new();
+        if let Some((label, _)) = columns.label {
+            let (meta, footer, problem, failed, fetch) =
+                (&meta, &footer, &problem, &failed, &fetch);
+            // The label column is small: each row group's chunk in one GET, a few at a time.
+            let chunks = footer.row_groups().iter().enumerate().map(|(rg, group)| {
+                let (start, len) = group.column(label).byte_range();
+                (rg, group, start..start.saturating_add(len))
+            });
+            let read: Vec<Vec<Value>> = futures::stream::iter(chunks)
+                .map(|(rg, group, range)| async move {
+                    if range.end > meta.size {
+                        return Err(problem(format!(
+                            "row group {rg}: its label column chunk at bytes {}..{} is \
+                             outside the file of {} bytes",
+                            range.start, range.end, meta.size
+                        )));
+                    }
+                    let bytes = fetch(range).await.map_err(failed)?;
+                    columns::read_values(meta.size, group, label, bytes)
+                        .map_err(|cause| problem(format!("row group {rg}, label column: {cause}")))
+                })
+                .buffered(4)
+                .try_collect()
+                .await?;
+            labels = read.concat();
+        }
+        Ok(Opened {
+            footer: Arc::new(footer),
+            meta,
+            columns,
+            units,
+            cut,
+            labels,
+            group_starts,
+        })
+    }
+
+    /// A Parquet file held in memory, read as the loader reads it: the dataset it opens
+    /// as (or why it does not), then each row's image bytes (or why not), decoded page by
+    /// page as the engine decodes them. For fuzzing and for checking a file without a store.
+    pub fn read_in_memory(
+        &self,
+        name: &str,
+        bytes: impl Into<bytes::Bytes>,
+    ) -> Result<(Dataset, Vec<std::result::Result<bytes::Bytes, String>>)> {
+        let bytes: bytes::Bytes = bytes.into();
+        let size = bytes.len() as u64;
+        let meta = ObjectMeta {
+            key: name.to_owned(),
+            size,
+            version: None,
+        };
+        let fetch = |range: std::ops::Range<u64>| {
+            let got = usize::try_from(range.start)
+                .ok()
+                .zip(usize::try_from(range.end).ok())
+                .filter(|(a, b)| a <= b && *b <= bytes.len())
+                .map(|(a, b)| bytes.slice(a..b))
+                .ok_or_else(|| {
+                    FooterError::Parquet(parquet::errors::ParquetError::EOF(format!(
+                        "bytes {}..{} are outside the file of {size} bytes",
+                        range.start, range.end
+                    )))
+                });
+            std::future::ready(got)
+        };
+        let opened = futures::executor::block_on(self.open_with("memory", meta, fetch))?;
+        let dataset = dataset("memory", vec![opened])?;
+        let mut rows = Vec::with_capacity(dataset.len());
+        let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
+        for item in dataset.items() {
+            let (Some(range), Some(of)) = (&item.range, &item.record) else {
+                rows.push(Err("a row without its page".to_owned()));
+                continue;
+            };
+            if decoded.as_ref().is_none_or(|(r, _)| r != range) {
+                let records = fetch(range.clone())
+                    .into_inner()
+                    .map_err(|_| "the page is past the file's end".to_owned())
+                    .and_then(|page| of.records.decode(name, range, page));
+                match records {
+                    Ok(r) => decoded = Some((range.clone(), r)),
+                    Err(e) => {
+                        decoded = None;
+                        rows.push(Err(e));
+                        continue;
+                    }
+                }
+            }
+            let record = decoded
+                .as_ref()
+                .and_then(|(_, r)| r.get(of.slot as usize))
+                .and_then(|r| r.bytes.clone());
+            rows.push(record.ok_or_else(|| "no value".to_owned()));
+        }
+        Ok((dataset, rows))
+    }
+}
+
+/// The classes of the files' labels: Hugging Face's `ClassLabel` names (the same in every
+/// file), the sorted names of string labels, or none for plain integers.
+fn classes(store: &str, files: &[Opened]) -> Result<(Vec<String>, Option<LabelValues>)> {
+    let kinds: BTreeSet<_> = files
+        .iter()
+        .map(|f| f.columns.label.map(|(_, k)| k))
+        .collect();
+    if kinds.len() > 1 {
+        return Err(SourceError::Invalid(format!(
+            "the Parquet files on {store} do not agree on their label column: some have \
+             integers, some class names, some none"
+        )));
+    }
+    let kind = kinds.into_iter().next().flatten();
+    match kind {
+        None => Ok((Vec::new(), None)),
+        Some(LabelValues::Integer) => {
+            let mut names: Option<(&str, Vec<String>)> = None;
+            for f in files {
+                let column = f.columns.label_name.as_deref().unwrap_or_default();
+                let found = columns::class_label_names(&f.footer, column);
+                match (&names, found) {
+                    (None, Some(n)) => names = Some((&f.meta.key, n)),
+                    (Some((first, n)), Some(m)) if *n != m => {
+                        return Err(SourceError::Invalid(format!(
+                            "Parquet files {first:?} and {:?} on {store} name different classes",
+                            f.meta.key
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            Ok((names.map(|(_, n)| n).unwrap_or_default(), kind))
+        }
+        Some(LabelValues::Name) => {
+            let names: BTreeSet<&str> = files
+                .iter()
+                .flat_map(|f| f.labels.iter())
+                .filter_map(|v| match v {
+                    Value::Name(n) => Some(n.as_str()),
+                    _ => None,
+                })
+                .collect();
+            Ok((names.into_iter().map(str::to_owned).collect(), kind))
+        }
+    }
+}
+
+fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
+    let (classes, kind) = classes(store, &files)?;
+    let index: std::collections::HashMap<&str, i64> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i as i64))
+        .collect();
+    let mut items = Vec::new();
+    let mut shards = Vec::with_capacity(files.len());
+    let mut whole_chunks = Vec::new();
+    for file in &files {
+        let key: Arc<str> = file.meta.key.as_str().into();
+        let column = Arc::new(ImageColumn {
+            meta: Arc::clone(&file.footer),
+            column: file.columns.image,
+            size: file.meta.size,
+            units: file.units.clone(),
+        });
+        let records: Arc<dyn loader_scheduler::Records> = column;
+        if file.cut == Cut::ColumnChunks {
+            whole_chunks.push(file.meta.key.clone());
+        }
+        let mut chunks = Vec::with_capacity(file.units.len());
+        for unit in &file.units {
+            let first = items.len();
+            for row in unit.rows.clone() {
+                let in_file = file.group_starts[unit.row_group] + row;
+                let label = match (kind, file.labels.get(in_file as usize)) {
+                    (None, _) => Label::None,
+                    (_, None | Some(Value::Null)) => Label::None,
+                    (_, Some(Value::Name(n))) => {
+                        Label::Class(index.get(n.as_str()).copied().unwrap_or(-1))
+                    }
+                    (_, Some(Value::Int(v))) => {
+                        if !classes.is_empty() && (*v < -1 || *v >= classes.len() as i64) {
+                            return Err(SourceError::Parquet {
+                                file: file.meta.key.clone(),
+                                store: store.to_owned(),
+                                problem: format!(
+                                    "row {in_file}: label {v} is not one of the file's {} \
+                                     classes",
+                                    classes.len()
+                                ),
+                            });
+                        }
+                        // Hugging Face's ClassLabel stores -1 for "no label".
+                        if *v == -1 && !classes.is_empty() {
+                            Label::None
+                        } else {
+                            Label::Class(*v)
+                        }
+                    }
+                };
+                items.push(Item {
+                    key: Arc::clone(&key),
+                    range: Some(unit.range.clone()),
+                    label,
+                    name: Some(format!("row {in_file}").into()),
+                    members: Arc::default(),
+                    record: Some(RecordOf {
+                        records: Arc::clone(&records),
+                        slot: u32::try_from(row - unit.rows.start).map_err(|_| {
+                            SourceError::Invalid("a page of more than 2^32 rows".into())
+                        })?,
+                    }),
+                });
+            }
+            chunks.push(first..items.len());
+        }
+        shards.push(ShardLayout {
+            key: Arc::clone(&key),
+            chunks,
+        });
+    }
+    if !whole_chunks.is_empty() {
+        tracing::warn!(
+            "{} of {} Parquet files on {store} have no offset index (e.g. {:?}): their images \
+             are read a row group's column chunk at a time, not a page at a time; rewrite \
+             them with an offset index (pyarrow: write_page_index=True) for page-sized reads",
+            whole_chunks.len(),
+            files.len(),
+            whole_chunks[0]
+        );
+    }
+    let objects = files.iter().map(|f| f.meta.clone()).collect();
+    let dataset = Dataset::from_shards(items, classes, shards)?.with_objects(objects);
+    Ok(if kind.is_none() {
+        dataset.without_labels()
+    } else {
+        dataset
+    })
+}

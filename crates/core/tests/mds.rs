@@ -1,0 +1,249 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+//! MDS datasets written by MosaicML Streaming's own MDSWriter (the committed fixtures, see
+//! `fixtures/mds/make.py`), raw and zstd-compressed, read through a local store and through
+//! the in-process S3 server behind the delay proxy, compared with what Streaming's own
+//! StreamingDataset read back; and damaged indexes and shards.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use loader_core::decoder::{DecodeOptions, decode};
+use loader_core::mds::Mds;
+use loader_core::{
+    DataLoader, Dataset, DynStorage, ErrorPolicy, RawBatch, SampleInfo, ShardOrder, from_url,
+};
+use loader_testkit::watchdog::{HANG_LIMIT, within};
+use loader_testkit::{DelayProxy, S3Server};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds")
+}
+
+fn local(dir: &Path) -> DynStorage {
+    from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
+}
+
+#[derive(serde::Deserialize, Debug, Clone)]
+struct Row {
+    label: i64,
+    image_len: Option<u64>,
+    image_sum: Option<u64>,
+    pixel_sum: Option<u64>,
+}
+
+fn expected() -> BTreeMap<String, Vec<Row>> {
+    serde_json::from_slice(&std::fs::read(fixtures().join("expected.json")).unwrap()).unwrap()
+}
+
+/// A sample as delivered: (index, label, image length, byte sum, decoded pixel sum).
+type Seen = (u64, i64, u64, u64, u64);
+
+fn loader(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilder<Seen, Vec<Seen>> {
+    DataLoader::builder(store, dataset).map(
+        |bytes: Bytes, info: &SampleInfo| {
+            let sum = |b: &[u8]| b.iter().map(|&x| u64::from(x)).sum::<u64>() % (1 << 32);
+            let pixels = decode(&bytes, &DecodeOptions::default())?;
+            Ok((
+                info.index,
+                info.label.class().unwrap_or(-1),
+                bytes.len() as u64,
+                sum(&bytes),
+                sum(&pixels.data),
+            ))
+        },
+        |raw: RawBatch<Seen>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect()),
+    )
+}
+
+fn one_pass(loader: &mut DataLoader<Seen, Vec<Seen>>) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = loader.flat_map(|b| b.unwrap()).collect();
+    seen.sort();
+    seen
+}
+
+fn check(what: &str, want: &[Row], seen: &[Seen]) {
+    assert_eq!(seen.len(), want.len(), "{what}: each sample once");
+    for ((index, label, len, sum, pixels), row) in seen.iter().zip(want) {
+        assert_eq!(*label, row.label, "{what} sample {index}: label");
+        if let (Some(l), Some(s)) = (row.image_len, row.image_sum) {
+            assert_eq!((*len, *sum), (l, s), "{what} sample {index}: image bytes");
+        }
+        if let Some(p) = row.pixel_sum {
+            assert_eq!(
+                *pixels, p,
+                "{what} sample {index}: pixels as PIL decodes them"
+            );
+        }
+    }
+}
+
+#[test]
+fn datasets_written_by_mdswriter_read_as_streaming_reads_them_back() {
+    let expected = expected();
+    let store = local(&fixtures());
+    for (name, want) in &expected {
+        let dataset = Mds::new()
+            .load_blocking(&store, &format!("{name}/index.json"))
+            .unwrap();
+        assert_eq!(dataset.len(), want.len(), "{name}");
+        assert!(dataset.shards().len() > 1, "{name}: several shards");
+        for fetch in [
+            loader_core::Fetch::Async { max_in_flight: 8 },
+            loader_core::Fetch::Threads { threads: 3 },
+        ] {
+            let mut loader = loader(Arc::clone(&store), dataset.clone())
+                .batch_size(7)
+                .shuffle(true)
+                .seed(4)
+                .fetch(fetch)
+                .build()
+                .unwrap();
+            check(name, want, &one_pass(&mut loader));
+        }
+    }
+}
+
+#[test]
+fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
+    let expected = expected();
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["raw", "zstd"] {
+        let to = dir.path().join("mds").join(name);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(fixtures().join(name)).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+        }
+    }
+    let server = S3Server::start(dir.path()).unwrap();
+    let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
+    let store = from_url("s3://mds", server.options_for(&proxy.url())).unwrap();
+    for name in ["raw", "zstd"] {
+        let dataset = Mds::new()
+            .load_blocking(&store, &format!("{name}/index.json"))
+            .unwrap();
+        let chunks: u64 = dataset.shards().iter().map(|s| s.chunks.len() as u64).sum();
+        for order in [ShardOrder::Local, ShardOrder::Global] {
+            let before = proxy.stats().gets;
+            let mut l = loader(Arc::clone(&store), dataset.clone())
+                .batch_size(8)
+                .shuffle(true)
+                .shard_order(order)
+                .epochs(1)
+                .build()
+                .unwrap();
+            check(
+                &format!("{name} {order:?}"),
+                &expected[name],
+                &one_pass(&mut l),
+            );
+            let gets = proxy.stats().gets - before;
+            // A chunk of a raw shard, or a whole compressed shard, once: the reads ahead
+            // span the epoch here.
+            assert_eq!(gets, chunks, "{name} {order:?}: GETs");
+        }
+    }
+}
+
+/// What reading every sample of a damaged dataset gave: samples loaded, and the errors of
+/// those skipped.
+type Outcome = (usize, Vec<String>);
+
+/// Opens a copy of the raw dataset with `change` made to it and reads every sample, under
+/// the watchdog: the open's error, or what the samples became.
+fn damaged(change: impl FnOnce(&Path) + Send + 'static, what: &str) -> Result<Outcome, String> {
+    within(HANG_LIMIT, what, move || {
+        let dir = tempfile::tempdir().unwrap();
+        for f in std::fs::read_dir(fixtures().join("raw")).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+        }
+        change(dir.path());
+        let store = local(dir.path());
+        let dataset = Mds::new()
+            .load_blocking(&store, "index.json")
+            .map_err(|e| e.to_string())?;
+        let l = DataLoader::builder(store, dataset)
+            .map(
+                |bytes: Bytes, _: &SampleInfo| Ok(bytes.len()),
+                |raw: RawBatch<usize>| {
+                    let errors: Vec<String> = raw.skipped.iter().map(|e| e.to_string()).collect();
+                    Ok((raw.samples.len(), errors))
+                },
+            )
+            .batch_size(4)
+            .epochs(1)
+            .error_policy(ErrorPolicy::Skip {
+                max_failures: usize::MAX,
+            })
+            .build()
+            .unwrap();
+        let mut out: Outcome = (0, Vec::new());
+        for batch in l {
+            let (n, errors) = batch.map_err(|e| e.to_string())?;
+            out.0 += n;
+            out.1.extend(errors);
+        }
+        Ok(out)
+    })
+}
+
+#[test]
+fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs() {
+    let err = damaged(
+        |d| std::fs::write(d.join("index.json"), b"{\"shards\": 3}").unwrap(),
+        "index",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("index.json") && err.contains("not an MDS index"),
+        "{err}"
+    );
+    let err = damaged(
+        |d| {
+            let f = d.join("shard.00001.mds");
+            let mut b = std::fs::read(&f).unwrap();
+            b[0] ^= 1;
+            std::fs::write(f, b).unwrap();
+        },
+        "count",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("shard.00001.mds") && err.contains("the index says"),
+        "{err}"
+    );
+    // Every byte of a shard's head damaged in turn: an error at open, or samples that load
+    // or fail one by one.
+    let shard = std::fs::read(fixtures().join("raw/shard.00000.mds")).unwrap();
+    for at in (0..120.min(shard.len())).step_by(2) {
+        let _ = damaged(
+            move |d| {
+                let f = d.join("shard.00000.mds");
+                let mut b = std::fs::read(&f).unwrap();
+                b[at] ^= 0x5a;
+                std::fs::write(f, b).unwrap();
+            },
+            &format!("byte {at}"),
+        );
+    }
+    // A shard cut short: its last sample fails, naming the shard; the others load.
+    let (loaded, errors) = damaged(
+        |d| {
+            let f = d.join("shard.00002.mds");
+            let b = std::fs::read(&f).unwrap();
+            std::fs::write(f, &b[..b.len() - 10]).unwrap();
+        },
+        "truncated",
+    )
+    .unwrap();
+    assert_eq!(loaded, 29, "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("shard.00002.mds") && errors[0].contains("past the end"),
+        "{errors:?}"
+    );
+}

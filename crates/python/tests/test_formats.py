@@ -1,0 +1,114 @@
+"""Datasets as users store them (issue 29): Parquet files written by pyarrow with the layout
+Hugging Face's ``datasets`` uses (an ``image`` struct of bytes and path, a ``label``), and the
+file ``datasets`` itself wrote (the Rust tests' fixture), read over S3 and checked against
+what pyarrow reads back and PIL decodes; MDS shards written by MosaicML Streaming's
+MDSWriter (the Rust tests' fixtures), checked against what Streaming read back."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+import loader_ml
+from conftest import WORKSPACE, Server
+
+FIXTURES = WORKSPACE / "crates/core/tests/fixtures/parquet"
+MDS = WORKSPACE / "crates/core/tests/fixtures/mds"
+
+
+def jpeg(index: int) -> bytes:
+    rng = numpy.random.default_rng(index)
+    pixels = rng.integers(0, 255, (24, 32, 3), numpy.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=85)
+    return out.getvalue()
+
+
+def write(path: Path, rows: range, **options) -> None:
+    image = pa.array([{"bytes": jpeg(i), "path": f"{i}.jpg"} for i in rows],
+                     type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    table = pa.table({"image": image, "label": pa.array([i % 5 for i in rows], pa.int64())})
+    pq.write_table(table, path, **options)
+
+
+@pytest.fixture()
+def bucket(tmp_path: Path):
+    data = tmp_path / "root" / "hfdata"
+    data.mkdir(parents=True)
+    write(data / "train-00000-of-00002.parquet", range(0, 30), write_page_index=True,
+          row_group_size=10, data_page_size=4096, write_batch_size=2)
+    write(data / "train-00001-of-00002.parquet", range(30, 50), compression="zstd")
+    (tmp_path / "root" / "hfds").mkdir()
+    shutil.copy(FIXTURES / "hf-datasets.parquet", tmp_path / "root" / "hfds" / "hf-datasets.parquet")
+    server = Server(tmp_path / "root")
+    yield data, server
+    server.stop()
+
+
+def test_parquet_over_s3_gives_pyarrows_rows_and_pils_pixels(bucket) -> None:
+    data, server = bucket
+    files = sorted(data.glob("*.parquet"))
+    want = pa.concat_tables([pq.read_table(f) for f in files]).to_pylist()
+    loader = loader_ml.DataLoader("s3://hfdata", batch_size=8, shuffle=True, seed=2,
+                                  storage_options=server.options, output="numpy")
+    assert len(loader.dataset) == 50
+    seen = set()
+    for batch in loader:
+        for index, label, pixels in zip(batch.indices, batch.labels, batch.images):
+            row = want[int(index)]
+            assert int(label) == row["label"], index
+            reference = numpy.asarray(Image.open(io.BytesIO(row["image"]["bytes"])).convert("RGB"))
+            assert numpy.array_equal(pixels, reference), index
+            seen.add(int(index))
+    assert seen == set(range(50))
+
+
+def test_the_file_datasets_wrote_keeps_its_class_names(bucket) -> None:
+    _, server = bucket
+    ds = loader_ml.Dataset("s3://hfds/hf-datasets.parquet", storage_options=server.options)
+    assert ds.classes == ["cat", "dog", "fox"] and len(ds) == 40
+
+
+def test_columns_by_name_and_a_missing_image(tmp_path: Path) -> None:
+    path = tmp_path / "pets.parquet"
+    images = [jpeg(i) for i in range(6)]
+    images[4] = None
+    pq.write_table(pa.table({
+        "picture": pa.array(images, pa.binary()),
+        "kind": pa.array(["dog", "cat", "dog", "cat", "cat", "dog"]),
+    }), path, write_page_index=True)
+    with pytest.raises(loader_ml.LoaderError, match="picture"):
+        loader_ml.DataLoader(str(path), batch_size=2)
+    loader = loader_ml.DataLoader(str(path), batch_size=6, image_column="picture",
+                                  label_column="kind", output="numpy")
+    assert loader.dataset.classes == ["cat", "dog"]
+    with pytest.raises(loader_ml.LoaderError, match=r"row 4") as caught:
+        next(iter(loader))
+    assert "pets.parquet" in str(caught.value)
+    skipping = loader_ml.DataLoader(str(path), batch_size=6, image_column="picture",
+                                    label_column="kind", skip_errors=1, output="numpy")
+    batch = next(iter(skipping))
+    assert list(batch.indices) == [0, 1, 2, 3, 5]
+    assert list(batch.labels) == [1, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("name", ["raw", "zstd"])
+def test_mds_shards_by_their_index(name: str) -> None:
+    want = json.loads((MDS / "expected.json").read_text())[name]
+    loader = loader_ml.DataLoader(str(MDS / name / "index.json"), batch_size=7, shuffle=True,
+                                  transform=[("CenterCrop", (12, 16))], output="numpy")
+    assert len(loader.dataset) == len(want)
+    seen = {}
+    for batch in loader:
+        assert batch.images.shape[1:] == (12, 16, 3)  # uint8 HWC: no ToTensor
+        for index, label in zip(batch.indices, batch.labels):
+            seen[int(index)] = int(label)
+    assert seen == {i: row["label"] for i, row in enumerate(want)}
