@@ -10,8 +10,8 @@ use loader_core::decoder::{IMAGENET_MEAN, IMAGENET_STD, JpegDecoder, SampleData}
 use loader_core::storage::layer::{CacheConfig, StorageMetrics};
 use loader_core::webdataset::WebDataset;
 use loader_core::{
-    DataLoader, Dataset, DecodeOptions, DynStorage, LoaderOptions, Pipeline, SampleKey, ShardOrder,
-    StorageExt, from_url,
+    DataLoader, Dataset, DecodeOptions, DynStorage, Formats, LoaderOptions, Pipeline, SampleKey,
+    ShardOrder, StorageExt, from_url,
 };
 use loader_testkit::{DelayProxy, S3Server};
 
@@ -36,7 +36,11 @@ pub struct Args {
     no_local: bool,
     /// How the dataset is stored, comma-separated: `files` (an object per image),
     /// `shards-local` (WebDataset shards, shard-local shuffled order), `shards-global`
-    /// (shards, a global permutation: a ranged GET per image).
+    /// (shards, a global permutation: a ranged GET per image), `parquet-local` (Parquet
+    /// files in Hugging Face's layout with an offset index, file-local order: a GET per
+    /// page), `parquet-global` (the same, a global permutation), `parquet-no-index`
+    /// (without an offset index: a GET per row group's image column), `mds` (raw MDS
+    /// shards, shard-local order).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "files")]
     formats: Vec<Format>,
     /// Also read each remote row through a disk cache as large as the dataset (async
@@ -98,6 +102,15 @@ pub struct Args {
     /// The loader's options (each cell sets its fetch strategy, shuffle and shard order).
     #[command(flatten)]
     loader: LoaderArgs,
+}
+
+/// The bucket of the generated Parquet files, with an offset index or without.
+fn wanted_bucket(indexed: bool) -> &'static str {
+    if indexed {
+        Format::ParquetLocal.bucket()
+    } else {
+        Format::ParquetNoIndex.bucket()
+    }
 }
 
 /// Where generated data goes by default: `$LOADER_CACHE` if set, else the library's cache
@@ -173,7 +186,10 @@ pub fn main(args: Args) -> Result {
     let bucket_dir = root.join("bench");
     let marker = root.join(".complete");
     let files = args.formats.contains(&Format::Files);
-    let sharded = args.formats.iter().any(|f| *f != Format::Files);
+    let sharded = args
+        .formats
+        .iter()
+        .any(|f| matches!(f, Format::ShardsLocal | Format::ShardsGlobal));
     let shard_dir = root.join("shards");
     let shard_marker = root.join(format!(".shards-{}-complete", args.shard_images));
     if args.endpoint.is_none() && sharded && !shard_marker.exists() {
@@ -187,6 +203,48 @@ pub fn main(args: Args) -> Result {
         let shards = args.dataset.images.div_ceil(args.shard_images.max(1));
         gen_data::write_shards(&spec, &shard_dir, shards, !args.json)?;
         std::fs::write(&shard_marker, b"")?;
+    }
+    // Parquet files of four shards' images each, with an offset index and without one.
+    for (indexed, wanted) in [
+        (true, Format::ParquetLocal),
+        (false, Format::ParquetNoIndex),
+    ] {
+        let wanted = args
+            .formats
+            .iter()
+            .any(|f| f.parquet() && (*f == wanted || (indexed && *f == Format::ParquetGlobal)));
+        let per_file = 4 * args.shard_images.max(1);
+        let dir = root.join(wanted_bucket(indexed));
+        let done = root.join(format!(".{}-{per_file}-complete", wanted_bucket(indexed)));
+        if args.endpoint.is_none() && wanted && !done.exists() {
+            eprintln!(
+                "generating {} images as Parquet files in {} ...",
+                args.dataset.images,
+                dir.display()
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            let files = args.dataset.images.div_ceil(per_file);
+            crate::gen_parquet::write_parquet(
+                &args.dataset.spec(),
+                &dir,
+                files,
+                indexed,
+                !args.json,
+            )?;
+            std::fs::write(&done, b"")?;
+        }
+    }
+    let mds_marker = root.join(".mds-complete");
+    if args.endpoint.is_none() && args.formats.contains(&Format::Mds) && !mds_marker.exists() {
+        let dir = root.join(Format::Mds.bucket());
+        eprintln!(
+            "generating {} images as MDS shards in {} ...",
+            args.dataset.images,
+            dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        crate::gen_mds::write_mds(&args.dataset.spec(), &dir, !args.json)?;
+        std::fs::write(&mds_marker, b"")?;
     }
     if args.endpoint.is_none() && files && !marker.exists() {
         eprintln!(
@@ -262,6 +320,9 @@ pub fn main(args: Args) -> Result {
         let store = first(format.bucket())?;
         let dataset = match format {
             Format::Files => Dataset::image_folder_blocking(&*store)?,
+            f if f.parquet() || f == Format::Mds => {
+                Dataset::open_blocking("", &store, None, &Formats::default())?
+            }
             _ => {
                 let shards: Vec<String> =
                     (0..args.dataset.images.div_ceil(args.shard_images.max(1)))
@@ -314,7 +375,7 @@ pub fn main(args: Args) -> Result {
                         .options(options.clone())
                         .fetch(fetch)
                         .shuffle(*format != Format::Files)
-                        .shard_order(if *format == Format::ShardsGlobal {
+                        .shard_order(if format.global() {
                             ShardOrder::Global
                         } else {
                             ShardOrder::Local
@@ -399,20 +460,23 @@ struct CeilingProbe {
 
 impl CeilingProbe {
     fn new(store: &DynStorage, dataset: &Dataset) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+        // Through a loader that hands out the fetched bytes: a sample is not always a byte
+        // range of its object (a Parquet row is cut out of its decoded page).
+        let n = dataset.len().min(100);
+        let loader = DataLoader::builder(Arc::clone(store), dataset.clone())
+            .subset(0..n)
+            .batch_size(n.max(1))
+            .map(
+                |bytes, _| Ok(bytes.to_vec()),
+                |raw: loader_core::RawBatch<Vec<u8>>| {
+                    Ok(raw.samples.into_iter().map(|(_, b)| b).collect::<Vec<_>>())
+                },
+            )
             .build()?;
-        let bytes = runtime.block_on(async {
-            let mut out = Vec::new();
-            for item in dataset.items().iter().take(100) {
-                let bytes = match &item.range {
-                    Some(range) => store.get_range(&item.key, range.clone()).await?,
-                    None => store.get(&item.key).await?,
-                };
-                out.push(bytes.to_vec());
-            }
-            Ok::<_, loader_core::storage::Error>(out)
-        })?;
+        let mut bytes = Vec::with_capacity(n);
+        for batch in loader {
+            bytes.extend(batch?);
+        }
         Ok(Self {
             bytes,
             pipeline: Pipeline::imagenet_eval(),

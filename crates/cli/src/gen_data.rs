@@ -1,12 +1,12 @@
 //! `loader gen`: the testkit's ImageNet-like dataset, written in parallel with a progress bar.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_testkit::{DatasetItem, DatasetSpec};
 
 use crate::Result;
+use crate::parallel::parallel;
 
 /// What dataset to generate: shared by `loader gen` and `loader bench`.
 #[derive(Debug, clap::Args)]
@@ -46,15 +46,28 @@ pub struct Args {
     data: DataArgs,
     /// Write N WebDataset tar shards (`shard-000000.tar`, ...: `{i}.jpg` and `{i}.cls`
     /// members) with their sidecar indexes instead of class folders.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with_all = ["parquet", "mds"])]
     shards: Option<usize>,
+    /// Write N Parquet files in Hugging Face's layout (`part-00000.parquet`, ...: an
+    /// `image` struct of bytes and path, a `label`; row groups of 100 rows, an offset
+    /// index) instead of class folders.
+    #[arg(long, value_name = "N", conflicts_with = "mds")]
+    parquet: Option<usize>,
+    /// Write raw MDS shards (MosaicML Streaming's layout: `index.json`, `shard.00000.mds`,
+    /// ...; `image` encoded jpeg, `label` int) instead of class folders.
+    #[arg(long)]
+    mds: bool,
 }
 
 pub fn main(args: Args) -> Result {
     let spec = args.data.spec();
-    let items = match args.shards {
-        Some(shards) => write_shards(&spec, &args.dir, shards, true)?,
-        None => write(&spec, &args.dir, true)?,
+    let items = match (args.shards, args.parquet) {
+        (Some(shards), _) => write_shards(&spec, &args.dir, shards, true)?,
+        (None, Some(files)) => {
+            crate::gen_parquet::write_parquet(&spec, &args.dir, files, true, true)?
+        }
+        (None, None) if args.mds => crate::gen_mds::write_mds(&spec, &args.dir, true)?,
+        (None, None) => write(&spec, &args.dir, true)?,
     };
     let bytes: u64 = items.iter().map(|i| i.size).sum();
     println!(
@@ -101,58 +114,10 @@ pub fn write_shards(
         return Err("--images, --classes and --shards must be at least 1".into());
     }
     let count = spec.shard_count(shards);
-    let bar = if progress {
-        ProgressBar::new(count as u64)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("generating {bar:30} {pos}/{len} shards, eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::parallel::bar(count, "shards", progress);
     let parts = parallel(count, &bar, |shard| spec.write_shard(dir, shard, shards));
     bar.finish_and_clear();
     let parts = parts?;
     crate::index::write_sidecars(&dir.to_string_lossy(), &[], None, false)?;
     Ok(parts.into_iter().flatten().collect())
-}
-
-/// `work(i)` for every `i` in `0..count` on every core, ticking `bar`; the results in order.
-fn parallel<T: Send>(
-    count: usize,
-    bar: &ProgressBar,
-    work: impl Fn(usize) -> std::io::Result<T> + Sync,
-) -> std::io::Result<Vec<T>> {
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let results: Vec<std::io::Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= count {
-                            return Ok(mine);
-                        }
-                        mine.push((i, work(i)?));
-                        bar.inc(1);
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("a generator thread panicked")))
-            })
-            .collect()
-    });
-    let mut all = Vec::with_capacity(count);
-    for part in results {
-        all.extend(part?);
-    }
-    all.sort_by_key(|(i, _)| *i);
-    Ok(all.into_iter().map(|(_, t)| t).collect())
 }

@@ -9,8 +9,14 @@
 mod bench;
 #[cfg(feature = "tools")]
 mod gen_data;
+#[cfg(feature = "tools")]
+mod gen_mds;
+#[cfg(feature = "tools")]
+mod gen_parquet;
 mod index;
 mod options;
+#[cfg(feature = "tools")]
+mod parallel;
 mod progress;
 #[cfg(feature = "tools")]
 mod report;

@@ -18,6 +18,16 @@ pub enum Format {
     ShardsLocal,
     /// WebDataset shards, one global permutation.
     ShardsGlobal,
+    /// Parquet files in Hugging Face's layout with an offset index, file-local order: a
+    /// GET per page.
+    ParquetLocal,
+    /// The same files, one global permutation: a GET per sample's page.
+    ParquetGlobal,
+    /// Parquet files without an offset index (pyarrow's default), file-local order: a GET
+    /// per row group's image column chunk.
+    ParquetNoIndex,
+    /// Raw MDS shards (MosaicML Streaming), shard-local order: a GET per 4 MiB chunk.
+    Mds,
 }
 
 impl Format {
@@ -26,7 +36,23 @@ impl Format {
         match self {
             Format::Files => "bench",
             Format::ShardsLocal | Format::ShardsGlobal => "shards",
+            Format::ParquetLocal | Format::ParquetGlobal => "parquet",
+            Format::ParquetNoIndex => "parquet-noindex",
+            Format::Mds => "mds",
         }
+    }
+
+    /// Whether the format reads its samples in one global permutation.
+    pub fn global(self) -> bool {
+        matches!(self, Format::ShardsGlobal | Format::ParquetGlobal)
+    }
+
+    /// Whether its data is Parquet files.
+    pub fn parquet(self) -> bool {
+        matches!(
+            self,
+            Format::ParquetLocal | Format::ParquetGlobal | Format::ParquetNoIndex
+        )
     }
 }
 
