@@ -141,9 +141,16 @@ fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
                 &one_pass(&mut l),
             );
             let gets = proxy.stats().gets - before;
-            // A chunk of a raw shard, or a whole compressed shard, once: the reads ahead
-            // span the epoch here.
-            assert_eq!(gets, chunks, "{name} {order:?}: GETs");
+            match (name, order) {
+                // A raw sample alone is a ranged GET of its own bytes in a global order
+                // (neighbours coalesced): fewer than one per sample.
+                ("raw", ShardOrder::Global) => {
+                    assert!(gets > chunks && gets <= 30, "{name} {order:?}: {gets} GETs")
+                }
+                // A chunk of a raw shard, or a whole compressed shard, once: the reads ahead
+                // span the epoch here.
+                _ => assert_eq!(gets, chunks, "{name} {order:?}: GETs"),
+            }
         }
     }
 }

@@ -214,6 +214,71 @@ fn parquet_through_s3_behind_the_delay_proxy_a_get_per_page_in_file_local_order(
         // here span the whole epoch.
         assert_eq!(gets, 2 * units, "{order:?}: GETs");
     }
+    // A caller's sampler reads a page once for its rows ahead too, not once per row.
+    let before = proxy.stats().gets;
+    let mut sampled = loader(Arc::clone(&store), dataset.clone())
+        .batch_size(8)
+        .sampler(loader_core::sampler::RandomSampler::new(rows.len(), 3).unwrap())
+        .epochs(1)
+        .build()
+        .unwrap();
+    let all = Expected {
+        row_groups: 0,
+        offset_index: true,
+        rows: rows.clone(),
+    };
+    check(
+        "a caller's sampler",
+        &dataset,
+        &all,
+        &one_pass(&mut sampled),
+    );
+    assert_eq!(
+        proxy.stats().gets - before,
+        units,
+        "a caller's sampler: GETs"
+    );
+}
+
+#[test]
+fn a_prefix_is_parquet_only_when_it_is_one_folder_of_parquet_files_without_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let copy = |to: &str| {
+        let to = root.join(to);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(fixtures().join("pa-snappy-plain.parquet"), to).unwrap();
+    };
+    let open = |url: &Path, formats: &loader_core::Formats| {
+        let store = local(url);
+        Dataset::open_blocking("", &store, None, formats)
+    };
+    let plain = loader_core::Formats::default();
+    // One split's folder: its files.
+    copy("ds/train/part-0.parquet");
+    copy("ds/train/part-1.parquet");
+    assert_eq!(open(&root.join("ds/train"), &plain).unwrap().len(), 80);
+    // A repository's splits side by side: refused, naming them.
+    copy("ds/validation/part-0.parquet");
+    let err = open(&root.join("ds"), &plain).unwrap_err().to_string();
+    assert!(
+        err.contains("train/") && err.contains("validation/"),
+        "{err}"
+    );
+    // Images beside a metadata.parquet: an ImageFolder, as before.
+    loader_testkit::DatasetSpec::tiny(6, 2)
+        .write(&root.join("folder"))
+        .unwrap();
+    copy("folder/metadata.parquet");
+    let folder = open(&root.join("folder"), &plain).unwrap();
+    assert_eq!(folder.len(), 6);
+    // Columns name Parquet's parts: for an ImageFolder they are refused, not ignored.
+    let named = loader_core::Formats::default().columns(Some("img"), None);
+    let err = open(&root.join("folder"), &named).unwrap_err().to_string();
+    assert!(
+        err.contains("columns") && err.contains("ImageFolder"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -252,7 +317,12 @@ fn open_and_read(bytes: Vec<u8>, what: &str) -> Result<Vec<Result<(), String>>, 
         let store = local(dir.path());
         let dataset = Parquet::new()
             .load_blocking(&store, &["f.parquet".into()])
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string());
+        // An error, never a panic caught on the reading thread.
+        if let Err(e) = &dataset {
+            assert!(!e.contains("panicked"), "{what}: {e}");
+        }
+        let dataset = dataset?;
         let n = dataset.len();
         let mut loader = loader(store, dataset)
             .batch_size(4)
@@ -270,6 +340,9 @@ fn open_and_read(bytes: Vec<u8>, what: &str) -> Result<Vec<Result<(), String>>, 
         }
         for skipped in loader.take_unreported_skips() {
             out.push(Err(skipped.to_string()));
+        }
+        for e in out.iter().filter_map(|o| o.as_ref().err()) {
+            assert!(!e.contains("panicked"), "{what}: {e}");
         }
         assert!(out.len() <= n, "{what}: more samples than rows");
         Ok(out)
@@ -302,12 +375,39 @@ fn damaged_footers_and_offset_indexes_are_errors_never_panics_or_hangs() {
     let whole = std::fs::read(fixtures().join("pa-zstd-plain.parquet")).unwrap();
     let tail = 1200.min(whole.len());
     let mut opened = 0;
-    for at in (whole.len() - tail..whole.len()).step_by(3) {
-        let mut bytes = whole.clone();
-        bytes[at] ^= 0x5a;
-        if open_and_read(bytes, &format!("byte {at} damaged")).is_ok() {
-            opened += 1;
+    // 0x5a changes a varint's value bits; 0x01 flips a zigzag varint's sign (negative
+    // offsets and sizes, which parquet's own `byte_range` panics on).
+    for (mask, step) in [(0x5a, 3), (0x01, 4)] {
+        for at in (whole.len() - tail..whole.len()).step_by(step) {
+            let mut bytes = whole.clone();
+            bytes[at] ^= mask;
+            if open_and_read(bytes, &format!("byte {at} ^ {mask:#x}")).is_ok() {
+                opened += 1;
+            }
         }
     }
     assert!(opened > 0, "some damage leaves a readable file");
+}
+
+#[test]
+fn every_byte_of_a_footer_damaged_every_way_is_an_error_or_rows_never_a_panic() {
+    // The whole open and every page's decoding, in memory (what the fuzz target runs),
+    // for each byte of the tail with each of four masks: sign bits of zigzag varints
+    // (0x01), continuation bits (0x80), value bits (0x5a) and all (0xff).
+    let whole = std::fs::read(fixtures().join("pa-zstd-dict.parquet")).unwrap();
+    let tail = 1500.min(whole.len());
+    for at in whole.len() - tail..whole.len() {
+        for mask in [0x01u8, 0x80, 0x5a, 0xff] {
+            let mut bytes = whole.clone();
+            bytes[at] ^= mask;
+            let read = std::panic::catch_unwind(|| {
+                Parquet::new()
+                    .read_in_memory("f.parquet", bytes)
+                    .map(|(d, rows)| {
+                        assert_eq!(d.len(), rows.len());
+                    })
+            });
+            assert!(read.is_ok(), "byte {at} ^ {mask:#x}: a panic");
+        }
+    }
 }

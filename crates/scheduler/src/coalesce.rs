@@ -1,11 +1,12 @@
 //! Coalescing: neighbouring byte ranges of one object read in one request.
 
-use crate::item::{Chunk, WorkItem};
+use crate::item::{Chunk, RecordOf, WorkItem};
 
 /// Runs of neighbouring ranges of one object in `items` (in plan order) are read in one
 /// request each: consecutive ranged items without a chunk of their own whose gap is at most
 /// `gap` bytes and whose joint span is at most `max` bytes get a shared chunk; items stored
-/// encoded ([`RecordOf`](crate::RecordOf)) share one only with items of the same span.
+/// in a span with other samples ([`RecordOf::shared`]) share one only with items of the
+/// same span.
 pub(crate) fn coalesce(items: &mut [WorkItem], gap: u64, max: u64) {
     let mut start = 0;
     while start < items.len() {
@@ -23,9 +24,9 @@ pub(crate) fn coalesce(items: &mut [WorkItem], gap: u64, max: u64) {
             let joined = span.start.min(s.start)..span.end.max(s.end);
             let near =
                 s.start <= span.end.saturating_add(gap) && s.end.saturating_add(gap) >= span.start;
-            // An encoded span is decoded once per request only when the request is that
+            // A shared span is decoded once per request only when the request is that
             // span: rows of one page share a request, neighbouring pages do not.
-            let encoded = items[start].record.is_some() || next.record.is_some();
+            let encoded = RecordOf::shared(&items[start]) || RecordOf::shared(next);
             if next.key != items[start].key
                 || !near
                 || joined.end - joined.start > max

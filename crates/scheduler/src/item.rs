@@ -103,11 +103,24 @@ pub struct RecordOf {
     pub records: Arc<dyn Records>,
     /// The item's record among them.
     pub slot: u32,
+    /// Whether its span holds other samples too (a page, a compressed shard), so reading
+    /// the sample costs reading them all and its span is best read once for all of them;
+    /// `false` when the span is the sample's alone (a raw MDS sample's columns).
+    pub shared: bool,
+}
+
+impl RecordOf {
+    /// Whether `item` is stored in a span shared with other samples.
+    pub fn shared(item: &WorkItem) -> bool {
+        item.record.as_ref().is_some_and(|r| r.shared)
+    }
 }
 
 impl PartialEq for RecordOf {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.records, &other.records) && self.slot == other.slot
+        Arc::ptr_eq(&self.records, &other.records)
+            && self.slot == other.slot
+            && self.shared == other.shared
     }
 }
 

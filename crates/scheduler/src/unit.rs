@@ -261,16 +261,24 @@ impl Unit {
     ) -> Result<Arc<[Record]>, Arc<Error>> {
         let decode = || {
             let own = self.cut(cx, bytes, range)?;
-            of.records
-                .decode(&self.key, range, own)
-                .map(Arc::from)
-                .map_err(|cause| {
-                    Arc::new(self.error(
-                        cx,
-                        ErrorKind::Other,
-                        &format!("bytes {}..{}: {cause}", range.start, range.end),
-                    ))
-                })
+            // A source's decoder is code of its own over bytes from storage: its panic is
+            // this span's error, never the end of the loader.
+            let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                of.records.decode(&self.key, range, own)
+            }))
+            .unwrap_or_else(|panic| {
+                Err(format!(
+                    "decoding it panicked: {}",
+                    crate::stage::panic_message(&*panic)
+                ))
+            });
+            decoded.map(Arc::from).map_err(|cause| {
+                Arc::new(self.error(
+                    cx,
+                    ErrorKind::Other,
+                    &format!("bytes {}..{}: {cause}", range.start, range.end),
+                ))
+            })
         };
         if self.range.as_ref() == Some(range) {
             self.records.get_or_init(decode).clone()

@@ -1,6 +1,6 @@
 //! What the engine is told about chunks: for each read of a rank's batches, whether it reads
 //! its chunk whole (when the rank reads at least half of the chunk's samples in the reads
-//! ahead, or the sample is stored encoded in it; else the sample alone, a ranged request the
+//! ahead, or the sample shares its stored span with others; else the sample alone, a ranged request the
 //! engine may coalesce), and which read of a chunk is its last for a while, so the engine
 //! lets the chunk go.
 

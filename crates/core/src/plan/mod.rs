@@ -84,6 +84,9 @@ struct Kept {
 struct PlanSource {
     offset: usize,
     chunked: bool,
+    /// Its samples share their stored spans (Parquet pages): every read takes its chunk,
+    /// strays and a caller's sampler's too.
+    shared: bool,
 }
 
 /// What orders the samples.
@@ -217,6 +220,7 @@ impl Planner {
                 epoch_samples: sampler.len() as u64,
             }),
         };
+        let shared = shares_spans(&dataset);
         Ok(Self {
             dataset,
             inputs: sources.into(),
@@ -224,6 +228,7 @@ impl Planner {
             sources: Arc::from(vec![PlanSource {
                 offset: 0,
                 chunked: false,
+                shared,
             }]),
             offsets: Arc::from(vec![0]),
             order: ReadOrder::Custom(sampler),
@@ -304,6 +309,7 @@ impl Planner {
             plan_sources.push(PlanSource {
                 offset: offsets[s] + arranged.offset,
                 chunked: arranged.chunked,
+                shared: shares_spans(data),
             });
             orders.push(SourceOrder::new(
                 arranged.len as u64,
@@ -637,6 +643,7 @@ impl Planner {
                         .resume(state)
                         .peekable();
                 let mut position = from;
+                let shared = self.sources.first().is_some_and(|s| s.shared);
                 Box::new(std::iter::from_fn(move || {
                     let indices = batches.next()?;
                     let start = position;
@@ -651,7 +658,7 @@ impl Planner {
                             .into_iter()
                             .map(|index| CutRead {
                                 index,
-                                chunkable: false,
+                                chunkable: shared,
                                 position: None,
                             })
                             .collect(),
@@ -681,7 +688,7 @@ impl Planner {
                                     let s = sources[r.draw.source];
                                     CutRead {
                                         index: s.offset + r.draw.sample as usize,
-                                        chunkable: s.chunked && !r.stray,
+                                        chunkable: s.chunked && (!r.stray || s.shared),
                                         position: Some(r.position),
                                     }
                                 })
@@ -839,9 +846,10 @@ fn arrange(
     world: usize,
 ) -> Arranged {
     let sharded = !data.shards().is_empty();
-    // Samples stored encoded (Parquet rows) are read with their chunk (a page) in any order:
-    // the engine then keeps the page for the reads of it ahead instead of fetching it again.
-    let encoded = sharded && data.get(0).is_some_and(|item| item.record.is_some());
+    // Samples that share their stored span (Parquet rows) are read with their chunk (a page)
+    // in any order: the engine then keeps the page for the reads of it ahead instead of
+    // fetching it again.
+    let encoded = shares_spans(data);
     let (kind, stamp) = if options.shuffle {
         (SourceKind::Shuffled, Arrangement::Shuffled)
     } else {
@@ -897,6 +905,16 @@ fn arrange(
         chunked: (!options.shuffle && sharded) || encoded,
         stamp,
     }
+}
+
+/// Whether `data`'s samples share their stored spans with others (Parquet pages,
+/// compressed shards), so each is best read with its chunk.
+fn shares_spans(data: &Dataset) -> bool {
+    !data.shards().is_empty()
+        && data
+            .get(0)
+            .and_then(|item| item.record.as_ref())
+            .is_some_and(|r| r.shared)
 }
 
 /// The most samples a chunk of `data` holds.

@@ -1,9 +1,12 @@
 //! A dataset found from its URL alone, as `loader run URL` and the Python binding take it.
 
+use std::collections::BTreeSet;
+
 use loader_storage::DynStorage;
 use loader_storage::layer::{RetryConfig, RetryStore};
 
 use super::error::{Result, SourceError};
+use super::extensions::image_extension;
 use super::index::Dataset;
 use super::manifest::Manifest;
 use super::mds::{INDEX, Mds, is_mds_index};
@@ -70,17 +73,31 @@ impl Dataset {
     /// `index.json` URL names, the shards or Parquet files a URL names (`.tar`,
     /// `.parquet`, or a brace list of them), the
     /// manifest `manifest` under it (a key, or a [`Manifest`] that says how its labels are
-    /// read), or else whatever one listing finds: the `.tar` shards at the top, else the
-    /// `.parquet` files there, else an MDS `index.json` there, else an ImageFolder. Each format is read with its settings
-    /// in `formats`. The listing's sizes and versions serve any of them, so no file needs
-    /// a HEAD.
+    /// read), or else whatever one listing finds: `.tar` shards, else (when it lists no
+    /// image files) the `.parquet` files of one folder or a top-level MDS `index.json`,
+    /// else an ImageFolder. Each format is read with its settings in `formats`; columns
+    /// named for a dataset of another format are refused. The listing's sizes and versions
+    /// serve any of them, so no file needs a HEAD.
     pub async fn open(
         url: &str,
         store: &DynStorage,
         manifest: Option<Manifest<'_>>,
         formats: &Formats,
     ) -> Result<Dataset> {
+        // Columns name a Parquet or MDS dataset's parts: for any other, refused rather
+        // than ignored.
+        let columns_for = |what: &str| -> Result<()> {
+            if formats.parquet.names_columns() || formats.mds.names_columns() {
+                return Err(SourceError::Invalid(format!(
+                    "image and label columns are read from Parquet files and MDS shards, \
+                     but {} is {what}: leave the columns out",
+                    loader_storage::redact(url)
+                )));
+            }
+            Ok(())
+        };
         if let Some(m) = manifest {
+            columns_for("read through a manifest")?;
             return Dataset::manifest_as(&**store, m.key, m.labels, m.classes).await;
         }
         if is_mds_index(url) {
@@ -91,22 +108,45 @@ impl Dataset {
             if !files.is_empty() && files.iter().all(|f| is_parquet(f)) {
                 return formats.parquet.load(store, &files).await;
             }
+            columns_for("WebDataset shards")?;
             return formats.webdataset.load(store, &files).await;
         }
         let listed = RetryStore::new(&**store, RetryConfig::default())
             .list_all("")
             .await?;
         let shards = shards_of(&listed);
+        // Image files make an ImageFolder, whatever else lies beside them (a `datasets`
+        // imagefolder's metadata.parquet).
+        let images = listed.iter().any(|m| image_extension(&m.key).is_some());
         let mut parquet: Vec<_> = listed
             .iter()
             .filter(|m| is_parquet(&m.key))
             .cloned()
             .collect();
-        if shards.is_empty() && !parquet.is_empty() {
+        if shards.is_empty() && !images && !parquet.is_empty() {
+            let folders: BTreeSet<&str> = parquet
+                .iter()
+                .map(|m| m.key.rsplit_once('/').map_or("", |(dir, _)| dir))
+                .collect();
+            if folders.len() > 1 {
+                // A Hub repository's train/ and validation/ read as one dataset would mix
+                // the splits.
+                let shown: Vec<String> = folders.iter().take(4).map(|f| format!("{f}/")).collect();
+                return Err(SourceError::List(
+                    store.name().to_owned(),
+                    format!(
+                        "Parquet files in {} folders ({}{}): give the URL of one split's \
+                         folder, or a brace list of its files",
+                        folders.len(),
+                        shown.join(", "),
+                        if folders.len() > 4 { ", ..." } else { "" }
+                    ),
+                ));
+            }
             parquet.sort();
             return formats.parquet.load_metas(store, parquet).await;
         }
-        if shards.is_empty() && listed.iter().any(|m| m.key == INDEX) {
+        if shards.is_empty() && !images && listed.iter().any(|m| m.key == INDEX) {
             return formats.mds.load(store, INDEX).await;
         }
         if shards.is_empty() {
@@ -116,8 +156,10 @@ impl Dataset {
                     compressed_problem(suffix),
                 ));
             }
+            columns_for("an ImageFolder")?;
             Dataset::image_folder_of(listed, store.name())
         } else {
+            columns_for("WebDataset shards")?;
             formats.webdataset.load_metas(store, shards).await
         }
     }

@@ -68,8 +68,18 @@ pub(super) fn parse_index(bytes: &[u8]) -> Result<Vec<ShardInfo>, String> {
                 s.format
             ));
         }
+        // MDS offsets are u32: no raw shard is larger, nor holds more samples.
+        let limit = u64::from(u32::MAX);
+        if s.samples > limit || s.raw_data.bytes > limit {
+            return Err(format!(
+                "shard {:?} claims {} samples in {} bytes: more than MDS's 32-bit offsets hold",
+                s.file(),
+                s.samples,
+                s.raw_data.bytes
+            ));
+        }
         let n = s.column_names.len();
-        if s.column_encodings.len() != n || s.column_sizes.len() != n {
+        if n == 0 || s.column_encodings.len() != n || s.column_sizes.len() != n {
             return Err(format!(
                 "shard {:?}: {n} column names, {} encodings, {} sizes",
                 s.file(),
@@ -97,6 +107,7 @@ pub(super) fn parse_index(bytes: &[u8]) -> Result<Vec<ShardInfo>, String> {
 #[derive(Debug, Clone)]
 pub(super) struct Columns {
     names: Vec<String>,
+    encodings: Vec<String>,
     /// Each column's fixed size, `None` for variable-size ones.
     sizes: Vec<Option<u64>>,
     pub(super) image: usize,
@@ -105,9 +116,11 @@ pub(super) struct Columns {
 }
 
 impl Columns {
-    /// Whether `shard` has these columns.
+    /// Whether `shard` has these columns, encoded the same.
     pub(super) fn fits(&self, shard: &ShardInfo) -> bool {
-        shard.column_names == self.names && shard.column_sizes == self.sizes
+        shard.column_names == self.names
+            && shard.column_sizes == self.sizes
+            && shard.column_encodings == self.encodings
     }
 
     /// The image bytes and label of one sample's bytes.
@@ -242,6 +255,7 @@ pub(super) fn choose(
     };
     Ok(Columns {
         names: names.clone(),
+        encodings: shard.column_encodings.clone(),
         sizes: shard.column_sizes.clone(),
         image,
         label,
@@ -281,6 +295,13 @@ pub(super) async fn samples(
 ) -> Result<ShardSamples, ShardError> {
     let n = shard.samples;
     if let Some(zip) = &shard.zip_data {
+        // Each sample takes an offset of 4 bytes in the decompressed shard.
+        if n.saturating_add(2).saturating_mul(4) > shard.raw_data.bytes {
+            return Err(ShardError::Invalid(format!(
+                "{n} samples cannot fit in a shard of {} bytes",
+                shard.raw_data.bytes
+            )));
+        }
         return Ok(ShardSamples {
             compression: Compression::Zstd,
             size: zip.bytes,
@@ -322,7 +343,8 @@ fn offsets(table: &[u8], n: u64, size: u64) -> Result<Vec<Range<u64>>, String> {
             "the shard holds {count} samples; the index says {n}"
         ));
     }
-    let mut ranges = Vec::with_capacity(n as usize);
+    // No more samples than the table read can hold: a count is not trusted with memory.
+    let mut ranges = Vec::with_capacity((n as usize).min(table.len() / 4));
     let mut start = word(1).ok_or("the shard ends inside its offset table")?;
     if start < 4 * (n + 2) {
         return Err(format!(

@@ -58,6 +58,11 @@ impl Mds {
         self
     }
 
+    /// Whether an image or label column was named.
+    pub(crate) fn names_columns(&self) -> bool {
+        self.image_column.is_some() || self.label_column.is_some()
+    }
+
     /// The column holding the labels (an integer encoding); `""` for none.
     pub fn label_column(mut self, name: impl Into<String>) -> Self {
         self.label_column = Some(name.into());
@@ -154,6 +159,9 @@ impl Mds {
                         slot: u32::try_from(slot).map_err(|_| {
                             SourceError::Invalid("a shard of more than 2^32 samples".into())
                         })?,
+                        // A raw sample's span is its own; a compressed shard's is every
+                        // sample's.
+                        shared: samples.compression == Compression::Zstd,
                     }),
                 });
             }

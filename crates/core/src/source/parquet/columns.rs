@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parquet::basic::{LogicalType, Type as PhysicalType};
+use parquet::basic::{ConvertedType, LogicalType, Type as PhysicalType};
 use parquet::column::reader::{ColumnReader, ColumnReaderImpl};
 use parquet::data_type::{ByteArrayType, DataType};
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
@@ -137,7 +137,22 @@ fn label_values(descr: &ColumnDescPtr) -> Result<LabelValues, String> {
         ));
     }
     match descr.physical_type() {
-        PhysicalType::INT32 | PhysicalType::INT64 => Ok(LabelValues::Integer),
+        PhysicalType::INT32 | PhysicalType::INT64
+            if matches!(
+                descr.logical_type_ref(),
+                None | Some(LogicalType::Integer { .. })
+            ) && !matches!(
+                descr.converted_type(),
+                ConvertedType::DATE
+                    | ConvertedType::TIME_MILLIS
+                    | ConvertedType::TIME_MICROS
+                    | ConvertedType::TIMESTAMP_MILLIS
+                    | ConvertedType::TIMESTAMP_MICROS
+                    | ConvertedType::DECIMAL
+            ) =>
+        {
+            Ok(LabelValues::Integer)
+        }
         PhysicalType::BYTE_ARRAY
             if matches!(descr.logical_type_ref(), Some(LogicalType::String))
                 || descr.converted_type() == parquet::basic::ConvertedType::UTF8 =>
@@ -145,9 +160,13 @@ fn label_values(descr: &ColumnDescPtr) -> Result<LabelValues, String> {
             Ok(LabelValues::Name)
         }
         other => Err(format!(
-            "label column {name} holds {other:?}: Parquet labels are read as classes, from \
-             integers or class-name strings; choose another column (label_column=...) or \
-             none (label_column=\"\")"
+            "label column {name} holds {other:?} ({}): Parquet labels are read as classes, \
+             from integers or class-name strings; choose another column (label_column=...) \
+             or none (label_column=\"\")",
+            descr.logical_type_ref().map_or_else(
+                || format!("{:?}", descr.converted_type()),
+                |t| format!("{t:?}")
+            )
         )),
     }
 }
@@ -181,8 +200,31 @@ pub(super) enum Value {
     Null,
 }
 
+/// `decode`'s result, or its panic as an error: parquet's decoders assert on some damaged
+/// input (a dictionary-encoded page without its dictionary), and bytes from storage must
+/// not end the loader.
+pub(super) fn without_panics<T>(decode: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(format!("the Parquet decoder failed on it: {message}"))
+    })
+}
+
 /// Every value of leaf `column` in row group `rg`, whose column chunk's bytes are `bytes`.
 pub(super) fn read_values(
+    size: u64,
+    rg: &RowGroupMetaData,
+    column: usize,
+    bytes: Bytes,
+) -> Result<Vec<Value>, String> {
+    without_panics(|| read_values_of(size, rg, column, bytes))
+}
+
+fn read_values_of(
     size: u64,
     rg: &RowGroupMetaData,
     column: usize,
@@ -199,25 +241,53 @@ pub(super) fn read_values(
         .map_err(|e| e.to_string())?;
     let descr = chunk.column_descr_ptr();
     let max_def = descr.max_def_level();
-    let reader = parquet::column::reader::get_column_reader(descr, Box::new(pages));
-    let mut defs = Vec::with_capacity(rows);
+    let reader = parquet::column::reader::get_column_reader(descr.clone(), Box::new(pages));
+    // Not sized from the footer's row count: a count is not trusted with memory.
+    let mut defs = Vec::with_capacity(rows.min(1 << 16));
+    let unsigned = matches!(
+        descr.logical_type_ref(),
+        Some(LogicalType::Integer(int)) if !int.is_signed
+    ) || matches!(
+        descr.converted_type(),
+        ConvertedType::UINT_8
+            | ConvertedType::UINT_16
+            | ConvertedType::UINT_32
+            | ConvertedType::UINT_64
+    );
     let values: Vec<Value> = match reader {
-        ColumnReader::Int32ColumnReader(r) => read_all(r, rows, &mut defs)?
-            .into_iter()
-            .map(|v| Value::Int(i64::from(v)))
-            .collect(),
-        ColumnReader::Int64ColumnReader(r) => read_all(r, rows, &mut defs)?
-            .into_iter()
-            .map(Value::Int)
-            .collect(),
-        ColumnReader::ByteArrayColumnReader(r) => read_all::<ByteArrayType>(r, rows, &mut defs)?
+        ColumnReader::Int32ColumnReader(mut r) => read_all(&mut r, rows, &mut defs)?
             .into_iter()
             .map(|v| {
-                String::from_utf8(v.data().to_vec())
-                    .map(Value::Name)
-                    .map_err(|_| "a label that is not UTF-8".to_owned())
+                Value::Int(if unsigned {
+                    i64::from(v as u32)
+                } else {
+                    i64::from(v)
+                })
+            })
+            .collect(),
+        ColumnReader::Int64ColumnReader(mut r) => read_all(&mut r, rows, &mut defs)?
+            .into_iter()
+            .map(|v| {
+                if unsigned && v < 0 {
+                    Err(format!(
+                        "a label of {} (unsigned), past what a class index holds",
+                        v as u64
+                    ))
+                } else {
+                    Ok(Value::Int(v))
+                }
             })
             .collect::<Result<_, _>>()?,
+        ColumnReader::ByteArrayColumnReader(mut r) => {
+            read_all::<ByteArrayType>(&mut r, rows, &mut defs)?
+                .into_iter()
+                .map(|v| {
+                    String::from_utf8(v.data().to_vec())
+                        .map(Value::Name)
+                        .map_err(|_| "a label that is not UTF-8".to_owned())
+                })
+                .collect::<Result<_, _>>()?
+        }
         _ => return Err("a label column of another type".into()),
     };
     Ok(spread(values, &defs, max_def, rows)?
@@ -228,7 +298,7 @@ pub(super) fn read_values(
 
 /// Reads `rows` records of a column, filling `defs`; its values (nulls left out).
 pub(super) fn read_all<T: DataType>(
-    mut reader: ColumnReaderImpl<T>,
+    reader: &mut ColumnReaderImpl<T>,
     rows: usize,
     defs: &mut Vec<i16>,
 ) -> Result<Vec<T::T>, String> {

@@ -92,11 +92,19 @@ where
         let range = size - want..size;
         // parquet's sized readers take the file's tail, at offsets from its start.
         let tail = fetch(range.clone()).await?;
-        let result = if reader.has_metadata() {
-            reader.read_page_indexes_sized(&tail, size)
-        } else {
-            reader.try_parse_sized(&tail, size)
-        };
+        // parquet's thrift decoding of a damaged footer must be an error, not a panic.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if reader.has_metadata() {
+                reader.read_page_indexes_sized(&tail, size)
+            } else {
+                reader.try_parse_sized(&tail, size)
+            }
+        }))
+        .unwrap_or_else(|_| {
+            Err(ParquetError::General(
+                "the footer's decoder failed on it".into(),
+            ))
+        });
         match result {
             Ok(()) => return reader.finish().map_err(FooterError::Parquet),
             Err(ParquetError::NeedMoreData(needed)) if (needed as u64) > want => {
@@ -111,6 +119,31 @@ where
     Err(FooterError::Parquet(ParquetError::General(format!(
         "the footer asked for more bytes {MAX_READS} times over"
     ))))
+}
+
+/// The bytes of a column chunk in a file of `size` bytes, checked: parquet's own
+/// `byte_range` panics on the negative offsets a damaged footer can hold.
+pub(super) fn chunk_span(
+    chunk: &parquet::file::metadata::ColumnChunkMetaData,
+    size: u64,
+) -> Result<Range<u64>, String> {
+    let start = chunk
+        .dictionary_page_offset()
+        .unwrap_or(chunk.data_page_offset());
+    let len = chunk.compressed_size();
+    let span = u64::try_from(start)
+        .ok()
+        .zip(u64::try_from(len).ok())
+        .filter(|&(_, l)| l > 0 && chunk.data_page_offset() >= 0)
+        .and_then(|(s, l)| Some(s..s.checked_add(l)?))
+        .filter(|r| r.end <= size);
+    span.ok_or_else(|| {
+        format!(
+            "its column chunk {} at offset {start}, {len} bytes, is outside the file of {size} \
+             bytes",
+            chunk.column_path()
+        )
+    })
 }
 
 /// A span of the file, checked against the version the listing saw when there is one.

@@ -78,6 +78,11 @@ impl Parquet {
         self
     }
 
+    /// Whether an image or label column was named.
+    pub(crate) fn names_columns(&self) -> bool {
+        self.image_column.is_some() || self.label_column.is_some()
+    }
+
     /// The column holding the labels (integers or class-name strings); `""` for none, so
     /// every sample is unlabelled.
     pub fn label_column(mut self, name: impl Into<String>) -> Self {
@@ -167,9 +172,19 @@ impl Parquet {
         let (units, cut) = pages::units(&footer, columns.image, meta.size).map_err(problem)?;
         let mut group_starts = Vec::with_capacity(footer.num_row_groups());
         let mut rows = 0u64;
-        for group in footer.row_groups() {
+        for (rg, group) in footer.row_groups().iter().enumerate() {
             group_starts.push(rows);
-            rows += u64::try_from(group.num_rows()).unwrap_or(0);
+            let n = u64::try_from(group.num_rows())
+                .map_err(|_| problem(format!("row group {rg} has a negative row count")))?;
+            rows = rows.saturating_add(n);
+        }
+        // A row of an image dataset takes at least a byte: a footer claiming more rows
+        // than the file has bytes is not trusted with an item per row.
+        if rows > meta.size {
+            return Err(problem(format!(
+                "its footer claims {rows} rows in a file of {} bytes",
+                meta.size
+            )));
         }
         let mut labels = Vec::new();
         if let Some((label, _)) = columns.label {
@@ -177,18 +192,12 @@ impl Parquet {
                 (&meta, &footer, &problem, &failed, &fetch);
             // The label column is small: each row group's chunk in one GET, a few at a time.
             let chunks = footer.row_groups().iter().enumerate().map(|(rg, group)| {
-                let (start, len) = group.column(label).byte_range();
-                (rg, group, start..start.saturating_add(len))
+                let span = footer::chunk_span(group.column(label), meta.size);
+                (rg, group, span)
             });
             let read: Vec<Vec<Value>> = futures::stream::iter(chunks)
-                .map(|(rg, group, range)| async move {
-                    if range.end > meta.size {
-                        return Err(problem(format!(
-                            "row group {rg}: its label column chunk at bytes {}..{} is \
-                             outside the file of {} bytes",
-                            range.start, range.end, meta.size
-                        )));
-                    }
+                .map(|(rg, group, span)| async move {
+                    let range = span.map_err(|e| problem(format!("row group {rg}: {e}")))?;
                     let bytes = fetch(range).await.map_err(failed)?;
                     columns::read_values(meta.size, group, label, bytes)
                         .map_err(|cause| problem(format!("row group {rg}, label column: {cause}")))
@@ -331,12 +340,12 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
     let mut whole_chunks = Vec::new();
     for file in &files {
         let key: Arc<str> = file.meta.key.as_str().into();
-        let column = Arc::new(ImageColumn {
-            meta: Arc::clone(&file.footer),
-            column: file.columns.image,
-            size: file.meta.size,
-            units: file.units.clone(),
-        });
+        let column = Arc::new(ImageColumn::new(
+            Arc::clone(&file.footer),
+            file.columns.image,
+            file.meta.size,
+            file.units.clone(),
+        ));
         let records: Arc<dyn loader_scheduler::Records> = column;
         if file.cut == Cut::ColumnChunks {
             whole_chunks.push(file.meta.key.clone());
@@ -383,6 +392,7 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
                         slot: u32::try_from(row - unit.rows.start).map_err(|_| {
                             SourceError::Invalid("a page of more than 2^32 rows".into())
                         })?,
+                        shared: true,
                     }),
                 });
             }

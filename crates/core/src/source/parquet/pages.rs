@@ -53,17 +53,8 @@ pub(super) fn units(
             continue;
         }
         let chunk = group.column(column);
-        let (start, len) = chunk.byte_range();
-        let end = start
-            .checked_add(len)
-            .filter(|&e| e <= size && len > 0)
-            .ok_or_else(|| {
-                format!(
-                    "row group {rg}: its column chunk at bytes {start}..{} is outside the \
-                     file of {size} bytes",
-                    start.saturating_add(len)
-                )
-            })?;
+        let Range { start, end } =
+            super::footer::chunk_span(chunk, size).map_err(|e| format!("row group {rg}: {e}"))?;
         let locations = meta
             .page_index()
             .and_then(|p| p.offset_index(rg, column))
@@ -169,11 +160,29 @@ pub(super) struct ImageColumn {
     pub(super) meta: Arc<ParquetMetaData>,
     pub(super) column: usize,
     pub(super) size: u64,
-    /// The units, by range start.
     pub(super) units: Vec<Unit>,
+    /// Indexes of `units` by range start (row groups need not be in byte order).
+    by_start: Vec<usize>,
 }
 
 impl ImageColumn {
+    pub(super) fn new(
+        meta: Arc<ParquetMetaData>,
+        column: usize,
+        size: u64,
+        units: Vec<Unit>,
+    ) -> Self {
+        let mut by_start: Vec<usize> = (0..units.len()).collect();
+        by_start.sort_by_key(|&i| units[i].range.start);
+        Self {
+            meta,
+            column,
+            size,
+            units,
+            by_start,
+        }
+    }
+
     fn decode_unit(&self, unit: &Unit, bytes: Bytes) -> Result<Vec<Record>, String> {
         let group = self.meta.row_group(unit.row_group);
         let chunk = group.column(self.column);
@@ -198,8 +207,21 @@ impl ImageColumn {
             return Err(format!("the row group ends after {skipped} rows of {skip}"));
         }
         let count = (unit.rows.end - unit.rows.start) as usize;
-        let mut defs = Vec::with_capacity(count);
-        let values = read_all(reader, count, &mut defs)?;
+        // Not sized from the index: a count is not trusted with memory.
+        let mut defs = Vec::with_capacity(count.min(1 << 16));
+        let values = read_all(&mut reader, count, &mut defs)?;
+        // A page holding more rows than the offset index gives it would pair later images
+        // with earlier rows' labels: the rest of the unit must be empty. (Reading on past
+        // the unit's bytes fails, which is the end of it.)
+        let (mut more_defs, mut more) = (Vec::new(), Vec::new());
+        if let Ok((extra, _, _)) = reader.read_records(1, Some(&mut more_defs), None, &mut more)
+            && extra > 0
+        {
+            return Err(format!(
+                "its pages hold more than the {count} rows the offset index gives them: the \
+                 index does not describe the file"
+            ));
+        }
         Ok(spread(values, &defs, max_def, count)?
             .into_iter()
             .map(|v| Record {
@@ -213,14 +235,17 @@ impl ImageColumn {
 
 impl Records for ImageColumn {
     fn decode(&self, _key: &str, range: &Range<u64>, bytes: Bytes) -> Result<Vec<Record>, String> {
-        let at = self.units.partition_point(|u| u.range.start < range.start);
+        let at = self
+            .by_start
+            .partition_point(|&i| self.units[i].range.start < range.start);
         let unit = self
-            .units
+            .by_start
             .get(at)
+            .map(|&i| &self.units[i])
             .filter(|u| u.range == *range)
             .ok_or_else(|| "no page of the image column starts here".to_owned())?;
         let rows = &unit.rows;
-        self.decode_unit(unit, bytes).map_err(|cause| {
+        super::columns::without_panics(|| self.decode_unit(unit, bytes)).map_err(|cause| {
             format!(
                 "row group {}, rows {}..{} of it: {cause}",
                 unit.row_group, rows.start, rows.end
