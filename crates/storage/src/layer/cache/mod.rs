@@ -432,6 +432,8 @@ impl Drop for Claimed {
 /// Where the bytes of one unit of a read come from.
 enum Source {
     Have(Bytes),
+    /// In the writer's queue (its file not yet written): a disk hit when read.
+    Queued(Bytes),
     Disk,
     Fetch,
 }
@@ -440,7 +442,9 @@ enum Source {
 /// it meanwhile, or from its file.
 enum Wait {
     Flight(Flight),
-    Have(Bytes),
+    /// Found in a tier since the caller looked: in memory (`false`) or the writer's
+    /// queue (`true`).
+    Have(Bytes, bool),
     Disk,
 }
 
@@ -503,7 +507,7 @@ impl Shared {
                     return Source::Have(bytes.clone());
                 }
                 if let Some(bytes) = state.queued.get(&id) {
-                    return Source::Have(bytes.clone());
+                    return Source::Queued(bytes.clone());
                 }
                 if state.disk.contains(id)
                     && !state.deleting.contains(&id)
@@ -872,7 +876,8 @@ impl<S: Storage + 'static> CacheStore<S> {
                 .map(|i| match flights.get(&units[i].0) {
                     Some(flight) => Wait::Flight(flight.clone()),
                     None => match held.remove(&i) {
-                        Some(Source::Have(bytes)) => Wait::Have(bytes),
+                        Some(Source::Have(bytes)) => Wait::Have(bytes, false),
+                        Some(Source::Queued(bytes)) => Wait::Have(bytes, true),
                         _ => Wait::Disk,
                     },
                 })
@@ -892,9 +897,16 @@ impl<S: Storage + 'static> CacheStore<S> {
         .into_iter();
         let mut out: Vec<Option<Bytes>> = Vec::with_capacity(units.len());
         let mut again = Vec::new();
+        // Each unit the caller missed is counted once, here, where its bytes are found: a
+        // store's answer (its own request or a joined one) is a miss, a tier's a hit
+        // (`read_disk` counts its own; one it could not read is counted by the fetch
+        // below). Counted at the look instead, an entry another process placed in the
+        // meantime was a miss and then a disk hit: two reads for one.
+        let counters = &self.shared().counters;
         for (i, (&(_, unit), wait)) in units.iter().zip(waits).enumerate() {
             out.push(match wait {
                 Wait::Flight(flight) => {
+                    Counters::add(&counters.misses, 1);
                     // A joined flight's facts (and its failure's) are its owner's to report.
                     let own = mine.contains(&units[i].0);
                     let (bytes, met) = flight.fetch.await.map_err(|e| {
@@ -909,7 +921,15 @@ impl<S: Storage + 'static> CacheStore<S> {
                     }
                     Some(unit_in(&bytes, flight.start, unit, block))
                 }
-                Wait::Have(bytes) => Some(bytes),
+                Wait::Have(bytes, queued) => {
+                    let tier = if queued {
+                        &counters.disk_hits
+                    } else {
+                        &counters.memory_hits
+                    };
+                    Counters::add(tier, 1);
+                    Some(bytes)
+                }
                 Wait::Disk => from_disk.next().flatten(),
             });
             if out[i].is_none() {
@@ -1048,7 +1068,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         let mut on_disk = Vec::new();
         for (i, source) in sources.into_iter().enumerate() {
             match source {
-                Source::Have(bytes) => parts.push(Some(bytes)),
+                Source::Have(bytes) | Source::Queued(bytes) => parts.push(Some(bytes)),
                 Source::Disk => {
                     on_disk.push(i);
                     parts.push(None);
@@ -1088,7 +1108,6 @@ impl<S: Storage + 'static> CacheStore<S> {
         let counters = &self.shared().counters;
         let served: u64 = parts.iter().flatten().map(|b| b.len() as u64).sum();
         Counters::add(&counters.bytes_served, served);
-        Counters::add(&counters.misses, missing.len() as u64);
         let mut served = Served::default();
         if !missing.is_empty() {
             let fetched = self.fetch(key, &missing, origin.as_ref(), read).await;
