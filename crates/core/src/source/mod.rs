@@ -2,12 +2,13 @@
 //! ([`Dataset`]: items, classes, shard layouts, the objects read) from what the data is
 //! stored as: an ImageFolder listing, a manifest, WebDataset shards, Parquet files, MDS shards, or a Vec.
 //!
-//! Rooms: `extensions` (which keys are images) and `error` (what can be wrong with a
-//! source, the one [`SourceError`]) at the bottom, `index` (the sample index),
+//! Rooms: `extensions` (which keys are images), `columns` (which columns of a table are) and
+//! `error` (what can be wrong with a source, the one [`SourceError`]) at the bottom, `index` (the sample index),
 //! `blocking` (async reads for synchronous callers), then one file or folder per format, `open` (which source a URL names), and `mixture`
 //! (several datasets, each in its own store, read as one).
 
 mod blocking;
+mod columns;
 mod error;
 mod extensions;
 mod image_folder;

@@ -9,10 +9,7 @@ use loader_scheduler::{Label, Record, Records};
 use loader_storage::Storage;
 use serde::Deserialize;
 
-/// Names an image column goes by when none is given.
-const IMAGE_NAMES: [&str; 6] = ["image", "img", "jpg", "jpeg", "png", "webp"];
-/// Names a label column goes by when none is given.
-const LABEL_NAMES: [&str; 2] = ["label", "cls"];
+use crate::source::columns::{IMAGE_NAMES, LABEL_NAMES};
 /// Encodings whose bytes are an image file.
 const IMAGE_ENCODINGS: [&str; 3] = ["jpeg", "png", "bytes"];
 /// Encodings read as integer labels.

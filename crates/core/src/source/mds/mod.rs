@@ -14,6 +14,7 @@ use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 
 use super::blocking::block_on_own_thread;
+use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
 use super::index::{Dataset, Item, ShardLayout};
 use layout::{Compression, Shard, ShardSamples};
@@ -29,8 +30,7 @@ pub fn is_mds_index(name: &str) -> bool {
 /// How MDS shards become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]
 pub struct Mds {
-    image_column: Option<String>,
-    label_column: Option<String>,
+    columns: ColumnNames,
     chunk_bytes: u64,
 }
 
@@ -46,26 +46,25 @@ impl Mds {
     /// shard-local order.
     pub fn new() -> Self {
         Self {
-            image_column: None,
-            label_column: None,
+            columns: ColumnNames::default(),
             chunk_bytes: super::webdataset::DEFAULT_CHUNK_BYTES,
         }
     }
 
     /// The column holding the images (encoded `jpeg`, `png` or `bytes`).
     pub fn image_column(mut self, name: impl Into<String>) -> Self {
-        self.image_column = Some(name.into());
+        self.columns.image = Some(name.into());
         self
     }
 
     /// Whether an image or label column was named.
     pub(crate) fn names_columns(&self) -> bool {
-        self.image_column.is_some() || self.label_column.is_some()
+        self.columns.named()
     }
 
     /// The column holding the labels (an integer encoding); `""` for none.
     pub fn label_column(mut self, name: impl Into<String>) -> Self {
-        self.label_column = Some(name.into());
+        self.columns.label = Some(name.into());
         self
     }
 
@@ -86,8 +85,8 @@ impl Mds {
             .map(|s| {
                 layout::choose(
                     s,
-                    self.image_column.as_deref(),
-                    self.label_column.as_deref(),
+                    self.columns.image.as_deref(),
+                    self.columns.label.as_deref(),
                 )
             })
             .transpose()

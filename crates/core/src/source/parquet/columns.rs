@@ -12,12 +12,7 @@ use parquet::schema::types::{ColumnDescPtr, SchemaDescriptor};
 
 use super::footer::Sparse;
 
-/// Names an image column goes by when none is given: Hugging Face's `image` (a struct of
-/// `bytes` and `path`), CIFAR's `img`, WebDataset-style extensions.
-pub(super) const IMAGE_NAMES: [&str; 6] = ["image", "img", "jpg", "jpeg", "png", "webp"];
-
-/// Names a label column goes by when none is given.
-pub(super) const LABEL_NAMES: [&str; 2] = ["label", "cls"];
+use crate::source::columns::{IMAGE_NAMES, LABEL_NAMES};
 
 /// How a label column's values read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -235,7 +230,8 @@ fn read_values_of(
     let rows = usize::try_from(rg.num_rows()).map_err(|_| "a negative row count".to_owned())?;
     let sparse = Sparse {
         size,
-        spans: vec![(start, bytes)],
+        at: start,
+        bytes,
     };
     let pages = SerializedPageReader::new(Arc::new(sparse), chunk, rows, None)
         .map_err(|e| e.to_string())?;

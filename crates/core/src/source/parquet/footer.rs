@@ -18,38 +18,38 @@ const FIRST_READ: u64 = 64 << 10;
 /// Reads past the first that a footer may ask for (footer, then page index).
 const MAX_READS: usize = 4;
 
-/// Some bytes of a file at their offsets in it: what parquet's readers see of a file we read
-/// only in part. A read outside them is an error, never a fetch.
+/// One span of a file at its offset in it: what parquet's readers see of a file we read
+/// only in part. A read outside it is an error, never a fetch.
 #[derive(Debug, Clone)]
 pub(super) struct Sparse {
     /// The file's size.
     pub(super) size: u64,
-    /// Held spans, each at its offset.
-    pub(super) spans: Vec<(u64, Bytes)>,
+    /// Where the span starts in the file.
+    pub(super) at: u64,
+    /// Its bytes.
+    pub(super) bytes: Bytes,
 }
 
 impl Sparse {
     fn slice(&self, start: u64, len: Option<usize>) -> parquet::errors::Result<Bytes> {
-        for (at, bytes) in &self.spans {
-            let end = at + bytes.len() as u64;
-            if start < *at || start > end {
-                continue;
-            }
-            let from = (start - at) as usize;
-            let to = match len {
-                Some(n) => from.checked_add(n).filter(|&t| t <= bytes.len()),
-                None => Some(bytes.len()),
-            };
-            if let Some(to) = to {
-                return Ok(bytes.slice(from..to));
-            }
+        let held = self.bytes.len();
+        let from = start
+            .checked_sub(self.at)
+            .and_then(|f| usize::try_from(f).ok())
+            .filter(|&f| f <= held);
+        let to = from.and_then(|f| match len {
+            Some(n) => f.checked_add(n).filter(|&t| t <= held),
+            None => Some(held),
+        });
+        match (from, to) {
+            (Some(from), Some(to)) => Ok(self.bytes.slice(from..to)),
+            _ => Err(ParquetError::EOF(format!(
+                "bytes {start}..{} were not read with this part of the file (of {} bytes): \
+                 the file's metadata points outside the span it describes",
+                len.map_or(start, |n| start.saturating_add(n as u64)),
+                self.size
+            ))),
         }
-        Err(ParquetError::EOF(format!(
-            "bytes {start}..{} were not read with this part of the file (of {} bytes): \
-             the file's metadata points outside the span it describes",
-            len.map_or(start, |n| start.saturating_add(n as u64)),
-            self.size
-        )))
     }
 }
 

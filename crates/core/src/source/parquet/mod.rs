@@ -22,6 +22,7 @@ use loader_storage::{DynStorage, ObjectMeta, Storage};
 use parquet::file::metadata::ParquetMetaData;
 
 use super::blocking::block_on_own_thread;
+use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
 use super::index::{Dataset, Item, ShardLayout};
 use columns::{Columns, LabelValues, Value};
@@ -36,8 +37,7 @@ pub fn is_parquet(name: &str) -> bool {
 /// How Parquet files become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]
 pub struct Parquet {
-    image_column: Option<String>,
-    label_column: Option<String>,
+    columns: ColumnNames,
     concurrency: usize,
 }
 
@@ -66,27 +66,26 @@ impl Parquet {
     /// at a time.
     pub fn new() -> Self {
         Self {
-            image_column: None,
-            label_column: None,
+            columns: ColumnNames::default(),
             concurrency: 8,
         }
     }
 
     /// The column holding the images: binary, or a struct with a binary `bytes` field.
     pub fn image_column(mut self, name: impl Into<String>) -> Self {
-        self.image_column = Some(name.into());
+        self.columns.image = Some(name.into());
         self
     }
 
     /// Whether an image or label column was named.
     pub(crate) fn names_columns(&self) -> bool {
-        self.image_column.is_some() || self.label_column.is_some()
+        self.columns.named()
     }
 
     /// The column holding the labels (integers or class-name strings); `""` for none, so
     /// every sample is unlabelled.
     pub fn label_column(mut self, name: impl Into<String>) -> Self {
-        self.label_column = Some(name.into());
+        self.columns.label = Some(name.into());
         self
     }
 
@@ -165,8 +164,8 @@ impl Parquet {
             .map_err(failed)?;
         let columns = columns::choose(
             footer.file_metadata().schema_descr(),
-            self.image_column.as_deref(),
-            self.label_column.as_deref(),
+            self.columns.image.as_deref(),
+            self.columns.label.as_deref(),
         )
         .map_err(problem)?;
         let (units, cut) = pages::units(&footer, columns.image, meta.size).map_err(problem)?;

@@ -194,7 +194,8 @@ impl ImageColumn {
             .map(|o| o.page_locations().clone());
         let sparse = Sparse {
             size: self.size,
-            spans: vec![(unit.range.start, bytes)],
+            at: unit.range.start,
+            bytes,
         };
         let pages = SerializedPageReader::new(Arc::new(sparse), chunk, rows, locations)
             .map_err(|e| e.to_string())?;
