@@ -236,3 +236,25 @@ impl Item {
         }
     }
 }
+
+/// What `keys` of `store` are (size, version), by a HEAD each, `at_once` at a time, with
+/// the loader's retries: the objects a dataset named by key rather than by a listing reads.
+pub(super) async fn heads(
+    store: &loader_storage::DynStorage,
+    keys: &[String],
+    at_once: usize,
+) -> Result<Vec<ObjectMeta>> {
+    use futures::{StreamExt, TryStreamExt};
+    use loader_storage::Storage;
+    let retried = loader_storage::layer::RetryStore::new(
+        &**store,
+        loader_storage::layer::RetryConfig::default(),
+    );
+    let retried = &retried;
+    futures::stream::iter(keys)
+        .map(|k| async move { retried.head(k).await })
+        .buffered(at_once.max(1))
+        .try_collect()
+        .await
+        .map_err(SourceError::from)
+}

@@ -91,13 +91,7 @@ impl Parquet {
 
     /// The dataset in `files` (keys of `store`, each a Parquet file), in that order.
     pub async fn load(&self, store: &DynStorage, files: &[String]) -> Result<Dataset> {
-        let retried = RetryStore::new(&**store, RetryConfig::default());
-        let retried = &retried;
-        let metas: Vec<ObjectMeta> = futures::stream::iter(files)
-            .map(|k| async move { retried.head(k).await })
-            .buffered(self.concurrency * 4)
-            .try_collect()
-            .await?;
+        let metas = super::index::heads(store, files, self.concurrency * 4).await?;
         self.load_metas(store, metas).await
     }
 

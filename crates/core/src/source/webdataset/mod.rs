@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ErrorKind, ObjectMeta, Storage};
 
@@ -228,14 +228,7 @@ impl WebDataset {
     }
 
     async fn heads(&self, store: &DynStorage, keys: &[String]) -> Result<Vec<ObjectMeta>> {
-        let retried = RetryStore::new(&**store, RetryConfig::default());
-        let retried = &retried;
-        futures::stream::iter(keys)
-            .map(|k| async move { retried.head(k).await })
-            .buffered(self.concurrency * 4)
-            .try_collect()
-            .await
-            .map_err(SourceError::from)
+        super::index::heads(store, keys, self.concurrency * 4).await
     }
 
     /// The dataset in the shards `metas` describe (size and version, from a listing or
