@@ -62,12 +62,13 @@ pub struct Args {
     /// classes per sample) or `values` (numbers).
     #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = label_kind)]
     labels: Option<LabelKind>,
-    /// Parquet files and MDS shards: the column of the images (binary, Hugging Face's struct
-    /// of bytes and path, MDS's jpeg/png/bytes); default the first of image, img, jpg,
+    /// Parquet files, MDS shards and LitData chunks: the column of the images (binary,
+    /// Hugging Face's struct of bytes and path, MDS's jpeg/png/bytes, LitData's jpeg/bytes/
+    /// image:..., a tuple's leaf by position "0", "1", ...); default the first of image, img, jpg,
     /// jpeg, png, webp.
     #[arg(long, value_name = "NAME")]
     image_column: Option<String>,
-    /// Parquet files and MDS shards: the column of the labels (integers, or in Parquet class
+    /// Parquet files, MDS shards and LitData chunks: the column of the labels (integers, or in Parquet class
     /// names; "" for none); default label or cls when present.
     #[arg(long, value_name = "NAME")]
     label_column: Option<String>,

@@ -89,7 +89,7 @@ pub use source::{
     Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member, ShardLayout,
     Source, SourceError,
 };
-pub use source::{Formats, mds, parquet, store_url, webdataset};
+pub use source::{Formats, litdata, mds, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
 pub use state::{
     Arrangement, CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,

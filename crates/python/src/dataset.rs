@@ -9,16 +9,16 @@ use pyo3::prelude::*;
 
 use crate::errors;
 
-/// A dataset at a URL: an ImageFolder, WebDataset shards, Parquet files, MDS shards (an
-/// `index.json` URL), or a manifest's list. Listing (and indexing shards, reading Parquet footers) happens once, here; loaders
+/// A dataset at a URL: an ImageFolder, WebDataset shards, Parquet files, MDS shards or
+/// LitData chunks (an `index.json` URL), or a manifest's list. Listing (and indexing shards, reading Parquet footers) happens once, here; loaders
 /// made from it share it.
 ///
 /// `Dataset(url, *, manifest=None, labels=None, storage_options=None, fields=None,
 /// image_column=None, label_column=None)`: `url` is `s3://bucket/prefix`, `http(s)://...`,
 /// `file:///dir` or a path, or shards as `s3://bucket/train-{000000..000127}.tar`, or
 /// Parquet files (`s3://bucket/data/train-00000-of-00004.parquet`, a brace list of them, or
-/// a prefix holding them), or MDS shards by their `.../index.json`; `image_column` and
-/// `label_column` the Parquet or MDS columns of the
+/// a prefix holding them), or MDS shards or LitData chunks by their `.../index.json`;
+/// `image_column` and `label_column` the Parquet, MDS or LitData columns of the
 /// images (binary, or Hugging Face's struct of bytes and path) and labels (`""`: none;
 /// default `image`/`img`/... and `label`/`cls` when present); `manifest` a CSV (`key,label`) or JSON-lines key
 /// under it, read instead of listing; `labels` how its labels are read: `"class"` (the

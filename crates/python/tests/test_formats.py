@@ -2,7 +2,8 @@
 Hugging Face's ``datasets`` uses (an ``image`` struct of bytes and path, a ``label``), and the
 file ``datasets`` itself wrote (the Rust tests' fixture), read over S3 and checked against
 what pyarrow reads back and PIL decodes; MDS shards written by MosaicML Streaming's
-MDSWriter (the Rust tests' fixtures), checked against what Streaming read back."""
+MDSWriter and LitData chunks written by ``litdata.optimize`` (the Rust tests' fixtures),
+checked against what those libraries read back."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from conftest import WORKSPACE, Server
 
 FIXTURES = WORKSPACE / "crates/core/tests/fixtures/parquet"
 MDS = WORKSPACE / "crates/core/tests/fixtures/mds"
+LITDATA = WORKSPACE / "crates/core/tests/fixtures/litdata"
 
 
 def jpeg(index: int) -> bytes:
@@ -112,3 +114,26 @@ def test_mds_shards_by_their_index(name: str) -> None:
         for index, label in zip(batch.indices, batch.labels):
             seen[int(index)] = int(label)
     assert seen == {i: row["label"] for i, row in enumerate(want)}
+
+
+@pytest.mark.parametrize("name,label_column", [("raw", None), ("framed", "1"), ("whole", None)])
+def test_litdata_chunks_by_their_index(name: str, label_column: str | None) -> None:
+    want = json.loads((LITDATA / "expected.json").read_text())[name]
+    options = {} if label_column is None else {"label_column": label_column}
+    # Images of several sizes, as written: one per batch, uncropped.
+    loader = loader_ml.DataLoader(str(LITDATA / name / "index.json"), batch_size=1, shuffle=True,
+                                  output="numpy", **options)
+    assert len(loader.dataset) == len(want)
+    seen = {}
+    for batch in loader:
+        for index, label, image in zip(batch.indices, batch.labels, batch.images):
+            seen[int(index)] = int(label)
+            # litdata decodes with torchvision; the default decode equals it.
+            assert int(image.astype(numpy.int64).sum()) % (1 << 32) == want[int(index)]["pixel_sum"]
+    assert seen == {i: row["label"] for i, row in enumerate(want)}
+
+
+def test_litdata_chunks_of_rows_without_images_are_refused() -> None:
+    with pytest.raises(Exception) as caught:
+        loader_ml.DataLoader(str(LITDATA / "arrow" / "index.json"), batch_size=4)
+    assert "Arrow table" in str(caught.value) and "chunk-0-0.bin" in str(caught.value)

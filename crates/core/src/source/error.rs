@@ -117,6 +117,16 @@ pub enum SourceError {
         /// What is wrong.
         problem: String,
     },
+    /// A LitData dataset cannot be read (its index, a chunk's table, its leaves).
+    #[error("LitData file {file:?} on {store}: {problem}")]
+    LitData {
+        /// The index's or chunk's key.
+        file: String,
+        /// Its store.
+        store: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// The shard list or URL cannot be understood.
     #[error("shard list {0:?}: {1}")]
     List(String, String),
@@ -133,6 +143,7 @@ impl SourceError {
                 | Self::List(..)
                 | Self::Parquet { .. }
                 | Self::Mds { .. }
+                | Self::LitData { .. }
         )
     }
 }

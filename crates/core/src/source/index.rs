@@ -58,6 +58,25 @@ pub struct ShardLayout {
     pub chunks: Vec<Range<usize>>,
 }
 
+impl ShardLayout {
+    /// A shard whose samples, dataset indices from `first`, lie at `ranges` in order:
+    /// neighbours grouped into chunks of at most about `bytes` (one sample at least).
+    pub(crate) fn by_runs(key: Arc<str>, ranges: &[Range<u64>], first: usize, bytes: u64) -> Self {
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        while start < ranges.len() {
+            let mut end = start + 1;
+            while end < ranges.len() && ranges[end].end.saturating_sub(ranges[start].start) <= bytes
+            {
+                end += 1;
+            }
+            chunks.push(first + start..first + end);
+            start = end;
+        }
+        Self { key, chunks }
+    }
+}
+
 /// The samples of a dataset, by index, and the class names when labels are classes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Dataset {

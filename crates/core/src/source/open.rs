@@ -2,12 +2,13 @@
 
 use std::collections::BTreeSet;
 
-use loader_storage::DynStorage;
 use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{DynStorage, Storage};
 
 use super::error::{Result, SourceError};
 use super::extensions::image_extension;
 use super::index::Dataset;
+use super::litdata::{LitData, is_litdata_index};
 use super::manifest::Manifest;
 use super::mds::{INDEX, Mds, is_mds_index};
 use super::parquet::{Parquet, is_parquet};
@@ -24,21 +25,40 @@ pub struct Formats {
     pub parquet: Parquet,
     /// MDS shards.
     pub mds: Mds,
+    /// LitData chunks.
+    pub litdata: LitData,
 }
 
 impl Formats {
-    /// Every format with its image and label columns named so (Parquet's and MDS's), when
-    /// given: `Some("")` for the label means none.
+    /// Every format with its image and label columns named so (Parquet's, MDS's and
+    /// LitData's), when given: `Some("")` for the label means none.
     pub fn columns(mut self, image: Option<&str>, label: Option<&str>) -> Self {
         if let Some(name) = image {
             self.parquet = self.parquet.image_column(name);
             self.mds = self.mds.image_column(name);
+            self.litdata = self.litdata.image_column(name);
         }
         if let Some(name) = label {
             self.parquet = self.parquet.label_column(name);
             self.mds = self.mds.label_column(name);
+            self.litdata = self.litdata.label_column(name);
         }
         self
+    }
+}
+
+impl Formats {
+    /// The MDS or LitData dataset whose `index.json` is at the top of `store`: which of
+    /// the two its contents say.
+    async fn index_json(&self, store: &DynStorage) -> Result<Dataset> {
+        let text = RetryStore::new(&**store, RetryConfig::default())
+            .get(INDEX)
+            .await?;
+        if is_litdata_index(&text) {
+            self.litdata.load_index(store, INDEX, &text).await
+        } else {
+            self.mds.load_index(store, INDEX, &text).await
+        }
     }
 }
 
@@ -69,12 +89,12 @@ pub fn store_url(url: &str) -> Result<String> {
 }
 
 impl Dataset {
-    /// The dataset at `url` on `store` (opened at [`store_url`]`(url)`): the MDS dataset an
+    /// The dataset at `url` on `store` (opened at [`store_url`]`(url)`): the MDS or LitData dataset an
     /// `index.json` URL names, the shards or Parquet files a URL names (`.tar`,
     /// `.parquet`, or a brace list of them), the
     /// manifest `manifest` under it (a key, or a [`Manifest`] that says how its labels are
     /// read), or else whatever one listing finds: `.tar` shards, else (when it lists no
-    /// image files) the `.parquet` files of one folder or a top-level MDS `index.json`,
+    /// image files) the `.parquet` files of one folder or a top-level MDS or LitData `index.json`,
     /// else an ImageFolder. Each format is read with its settings in `formats`; columns
     /// named for a dataset of another format are refused. The listing's sizes and versions
     /// serve any of them, so no file needs a HEAD.
@@ -84,13 +104,16 @@ impl Dataset {
         manifest: Option<Manifest<'_>>,
         formats: &Formats,
     ) -> Result<Dataset> {
-        // Columns name a Parquet or MDS dataset's parts: for any other, refused rather
+        // Columns name a Parquet, MDS or LitData dataset's parts: for any other, refused rather
         // than ignored.
         let columns_for = |what: &str| -> Result<()> {
-            if formats.parquet.names_columns() || formats.mds.names_columns() {
+            if formats.parquet.names_columns()
+                || formats.mds.names_columns()
+                || formats.litdata.names_columns()
+            {
                 return Err(SourceError::Invalid(format!(
-                    "image and label columns are read from Parquet files and MDS shards, \
-                     but {} is {what}: leave the columns out",
+                    "image and label columns are read from Parquet files, MDS shards and \
+                     LitData chunks, but {} is {what}: leave the columns out",
                     loader_storage::redact(url)
                 )));
             }
@@ -101,7 +124,7 @@ impl Dataset {
             return Dataset::manifest_as(&**store, m.key, m.labels, m.classes).await;
         }
         if is_mds_index(url) {
-            return formats.mds.load(store, INDEX).await;
+            return formats.index_json(store).await;
         }
         if is_shard_url(url) {
             let files = split_url(url)?.1.unwrap_or_default();
@@ -147,7 +170,7 @@ impl Dataset {
             return formats.parquet.load_metas(store, parquet).await;
         }
         if shards.is_empty() && !images && listed.iter().any(|m| m.key == INDEX) {
-            return formats.mds.load(store, INDEX).await;
+            return formats.index_json(store).await;
         }
         if shards.is_empty() {
             if let Some(suffix) = compressed_among(&listed) {

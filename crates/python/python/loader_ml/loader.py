@@ -645,9 +645,10 @@ class DataLoader:
             ``train_loader.dataset.classes`` for a validation manifest, so indices and
             multi-hot columns agree); a label outside them is an error naming its line.
         image_column, label_column: for Parquet files (Hugging Face's layout among
-            others) and MDS shards (a URL ending in ``index.json``), the columns of the
-            images (binary, or a struct of ``bytes`` and ``path``; MDS ``jpeg``, ``png`` or
-            ``bytes``; default the first of ``image``, ``img``, ``jpg``, ``jpeg``, ``png``,
+            others), MDS shards and LitData chunks (a URL ending in ``index.json``), the
+            columns of the images (binary, or a struct of ``bytes`` and ``path``; MDS
+            ``jpeg``, ``png`` or ``bytes``; LitData ``jpeg``, ``bytes`` or ``image:...``,
+            a tuple's leaves named ``"0"``, ``"1"``, ...; default the first of ``image``, ``img``, ``jpg``, ``jpeg``, ``png``,
             ``webp``) and of the labels (integers, with ``ClassLabel`` names when
             ``datasets`` wrote the file, or class-name strings in Parquet; default
             ``label`` or ``cls`` when present, ``""`` for none).

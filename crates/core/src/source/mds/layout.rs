@@ -10,6 +10,7 @@ use loader_storage::Storage;
 use serde::Deserialize;
 
 use crate::source::columns::{IMAGE_NAMES, LABEL_NAMES};
+use crate::source::record_files::FileError;
 /// Encodings whose bytes are an image file.
 const IMAGE_ENCODINGS: [&str; 3] = ["jpeg", "png", "bytes"];
 /// Encodings read as integer labels.
@@ -277,24 +278,18 @@ pub(super) struct ShardSamples {
     pub(super) ranges: Vec<Range<u64>>,
 }
 
-/// Why a shard could not be read at open.
-pub(super) enum ShardError {
-    Storage(loader_storage::Error),
-    Invalid(String),
-}
-
 /// A shard's samples: a raw shard's offset table read from its first bytes; a compressed
 /// shard's count from the index (its table is inside the compressed bytes).
 pub(super) async fn samples(
     store: &dyn Storage,
     key: &str,
     shard: &ShardInfo,
-) -> Result<ShardSamples, ShardError> {
+) -> Result<ShardSamples, FileError> {
     let n = shard.samples;
     if let Some(zip) = &shard.zip_data {
         // Each sample takes an offset of 4 bytes in the decompressed shard.
         if n.saturating_add(2).saturating_mul(4) > shard.raw_data.bytes {
-            return Err(ShardError::Invalid(format!(
+            return Err(FileError::Invalid(format!(
                 "{n} samples cannot fit in a shard of {} bytes",
                 shard.raw_data.bytes
             )));
@@ -309,15 +304,15 @@ pub(super) async fn samples(
     let size = shard.raw_data.bytes;
     let head = 4 * (n + 2);
     if head > size {
-        return Err(ShardError::Invalid(format!(
+        return Err(FileError::Invalid(format!(
             "{n} samples need a table of {head} bytes; the shard has {size}"
         )));
     }
     let table = store
         .get_range(key, 0..head)
         .await
-        .map_err(ShardError::Storage)?;
-    let ranges = offsets(&table, n, size).map_err(ShardError::Invalid)?;
+        .map_err(FileError::Storage)?;
+    let ranges = offsets(&table, n, size).map_err(FileError::Invalid)?;
     Ok(ShardSamples {
         compression: Compression::None,
         size,

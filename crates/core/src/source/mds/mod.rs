@@ -9,15 +9,15 @@ mod layout;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use loader_scheduler::RecordOf;
 use loader_storage::layer::{RetryConfig, RetryStore};
-use loader_storage::{DynStorage, ObjectMeta, Storage};
+use loader_storage::{DynStorage, Storage};
 
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
-use super::index::{Dataset, Item, ShardLayout};
-use layout::{Compression, Shard, ShardSamples};
+use super::index::Dataset;
+use super::record_files::{RecordFile, dataset_of};
+use layout::{Compression, Shard};
 
 /// The file that describes an MDS dataset.
 pub const INDEX: &str = "index.json";
@@ -70,6 +70,20 @@ impl Mds {
 
     /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
     pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
+        let text = RetryStore::new(&**store, RetryConfig::default())
+            .get(index)
+            .await?;
+        self.load_index(store, index, &text).await
+    }
+
+    /// The dataset of `index`, whose bytes are `text`: for a caller that read it already
+    /// to learn which format it is.
+    pub(crate) async fn load_index(
+        &self,
+        store: &DynStorage,
+        index: &str,
+        text: &[u8],
+    ) -> Result<Dataset> {
         let retried = RetryStore::new(&**store, RetryConfig::default());
         let name = store.name().to_owned();
         let problem = |file: &str, problem: String| SourceError::Mds {
@@ -77,8 +91,7 @@ impl Mds {
             store: name.clone(),
             problem,
         };
-        let text = retried.get(index).await?;
-        let shards = layout::parse_index(&text).map_err(|p| problem(index, p))?;
+        let shards = layout::parse_index(text).map_err(|p| problem(index, p))?;
         let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
         let columns = shards
             .first()
@@ -104,99 +117,53 @@ impl Mds {
         }
         let columns = Arc::new(columns);
         let retried = &retried;
-        let read: Vec<(String, ShardSamples)> = futures::stream::iter(shards)
+        let labelled = columns.label.is_some();
+        let files: Vec<RecordFile> = futures::stream::iter(shards)
             .map(|shard| {
                 let key = if dir.is_empty() {
                     shard.file().to_owned()
                 } else {
                     format!("{dir}/{}", shard.file())
                 };
-                let problem = &problem;
+                let (problem, columns) = (&problem, Arc::clone(&columns));
                 async move {
-                    let samples =
-                        layout::samples(retried, &key, &shard)
-                            .await
-                            .map_err(|e| match e {
-                                layout::ShardError::Storage(e) => SourceError::Storage(e),
-                                layout::ShardError::Invalid(p) => problem(&key, p),
-                            })?;
-                    Ok::<_, SourceError>((key, samples))
+                    let samples = layout::samples(retried, &key, &shard)
+                        .await
+                        .map_err(|e| e.into_source(|p| problem(&key, p)))?;
+                    let zstd = samples.compression == Compression::Zstd;
+                    // A raw sample's span is its own; a compressed shard's is every
+                    // sample's, each its slot.
+                    let slots = (0..samples.ranges.len()).map(|i| {
+                        u32::try_from(if zstd { i } else { 0 }).map_err(|_| {
+                            SourceError::Invalid("a shard of more than 2^32 samples".into())
+                        })
+                    });
+                    Ok::<_, SourceError>(RecordFile {
+                        size: samples.size,
+                        records: Arc::new(Shard {
+                            columns,
+                            compression: samples.compression,
+                            raw_bytes: samples.raw_bytes,
+                        }),
+                        samples: samples
+                            .ranges
+                            .into_iter()
+                            .zip(slots)
+                            .map(|(r, s)| Ok((r, s?)))
+                            .collect::<Result<_>>()?,
+                        shared: zstd,
+                        key,
+                    })
                 }
             })
             .buffered(8)
             .try_collect()
             .await?;
-        let mut items = Vec::new();
-        let mut layouts = Vec::with_capacity(read.len());
-        let mut objects = Vec::with_capacity(read.len());
-        for (key, samples) in read {
-            let key: Arc<str> = key.into();
-            objects.push(ObjectMeta {
-                key: key.to_string(),
-                size: samples.size,
-                version: None,
-            });
-            let records: Arc<dyn loader_scheduler::Records> = Arc::new(Shard {
-                columns: Arc::clone(&columns),
-                compression: samples.compression,
-                raw_bytes: samples.raw_bytes,
-            });
-            let first = items.len();
-            for (i, range) in samples.ranges.iter().enumerate() {
-                let slot = match samples.compression {
-                    Compression::None => 0,
-                    Compression::Zstd => i,
-                };
-                items.push(Item {
-                    key: Arc::clone(&key),
-                    range: Some(range.clone()),
-                    label: loader_scheduler::Label::None,
-                    name: Some(format!("sample {i}").into()),
-                    members: Arc::default(),
-                    record: Some(RecordOf {
-                        records: Arc::clone(&records),
-                        slot: u32::try_from(slot).map_err(|_| {
-                            SourceError::Invalid("a shard of more than 2^32 samples".into())
-                        })?,
-                        // A raw sample's span is its own; a compressed shard's is every
-                        // sample's.
-                        shared: samples.compression == Compression::Zstd,
-                    }),
-                });
-            }
-            let chunks = match samples.compression {
-                // The whole shard is one chunk: one fetch, one decompression.
-                Compression::Zstd => std::iter::once(first..items.len()).collect(),
-                Compression::None => chunk(&samples.ranges, first, self.chunk_bytes),
-            };
-            layouts.push(ShardLayout { key, chunks });
-        }
-        let dataset = Dataset::from_shards(items, Vec::new(), layouts)?.with_objects(objects);
-        Ok(if columns.label.is_none() {
-            dataset.without_labels()
-        } else {
-            dataset
-        })
+        dataset_of(files, self.chunk_bytes, "sample", labelled)
     }
 
     /// [`Mds::load`] for synchronous callers.
     pub fn load_blocking(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
         block_on_own_thread(|| self.load(store, index))
     }
-}
-
-/// Neighbouring samples grouped into chunks of about `bytes`, as dataset index ranges
-/// from `first`.
-fn chunk(ranges: &[std::ops::Range<u64>], first: usize, bytes: u64) -> Vec<std::ops::Range<usize>> {
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    while start < ranges.len() {
-        let mut end = start + 1;
-        while end < ranges.len() && ranges[end].end - ranges[start].start <= bytes {
-            end += 1;
-        }
-        chunks.push(first + start..first + end);
-        start = end;
-    }
-    chunks
 }

@@ -1,0 +1,660 @@
+//! What LitData files say: `index.json`'s chunks and config (the columns, from the pytree
+//! `data_spec` and `data_format`; how chunks are compressed), a chunk's tables, and an
+//! item's leaves (a `u32` size per leaf, then each leaf's bytes).
+//!
+//! A chunk is stored one of four ways, as `litdata.optimize` writes it:
+//! - raw: `u32` item count, `count + 1` `u32` file offsets, the items;
+//! - `compression="zstd"` (`compression_level="batch"`, litdata's default for zstd):
+//!   the `LDFZ01` framed layout, a directory of zstd frames each holding a run of items;
+//! - `compression_level="chunk"`: the raw layout, the whole file one zstd frame;
+//! - `compression_level="sample"`: the raw layout, each item its own zstd frame.
+
+use std::io::Read;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use loader_scheduler::{Label, Record, Records};
+use loader_storage::Storage;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::source::columns::{IMAGE_NAMES, LABEL_NAMES};
+use crate::source::record_files::{FileError, RecordFile};
+
+/// The framed zstd chunk's magic, and the sizes of its prefix and of a frame's entry.
+const FRAMED_MAGIC: &[u8; 8] = b"LDFZ01\0\0";
+const FRAMED_PREFIX: u64 = 24;
+const FRAME_ENTRY: u64 = 24;
+/// How far a zstd frame of unknown content size may grow, as a multiple of its own size:
+/// image bytes barely compress, so a real chunk is far below it and a hostile one stops.
+const INFLATION_LIMIT: u64 = 64;
+
+#[derive(Debug, Deserialize)]
+struct Index {
+    chunks: Vec<ChunkInfo>,
+    config: Config,
+}
+
+/// One chunk as `index.json` describes it.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct ChunkInfo {
+    /// The file's size; for a whole-file compressed chunk, what it decompresses to.
+    pub(super) chunk_bytes: u64,
+    /// Its items.
+    pub(super) chunk_size: u64,
+    pub(super) filename: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Config {
+    #[serde(default)]
+    compression: Option<String>,
+    #[serde(default)]
+    compression_level: Option<String>,
+    data_format: Vec<String>,
+    #[serde(default)]
+    data_spec: Option<String>,
+    #[serde(default)]
+    encryption: Option<Value>,
+    #[serde(default)]
+    item_loader: Option<String>,
+}
+
+/// How a dataset's chunks are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Packing {
+    Raw,
+    /// `LDFZ01` frames of items.
+    Framed,
+    /// The whole file one zstd frame.
+    Whole,
+    /// Each item its own zstd frame.
+    Sample,
+}
+
+/// What `index.json` says.
+#[derive(Debug)]
+pub(super) struct Described {
+    pub(super) chunks: Vec<ChunkInfo>,
+    pub(super) packing: Packing,
+    /// Each leaf's name (a dict's key, a tuple's position) and format, in stored order.
+    pub(super) leaves: Vec<(String, String)>,
+}
+
+/// Whether `text` is a LitData index (an object with `chunks` and `config`) rather than
+/// an MDS one (`shards`).
+pub(super) fn is_litdata(text: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(text)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.contains_key("chunks") && o.contains_key("config"))
+        })
+        .unwrap_or(false)
+}
+
+/// The chunks, packing and leaves of an `index.json`'s bytes.
+pub(super) fn parse_index(text: &[u8]) -> Result<Described, String> {
+    let index: Index = serde_json::from_slice(text).map_err(|e| {
+        format!("not a LitData index (a JSON object with \"chunks\" and \"config\"): {e}")
+    })?;
+    let config = index.config;
+    if let Some(loader) = config
+        .item_loader
+        .as_deref()
+        .filter(|l| *l != "PyTreeLoader")
+    {
+        return Err(format!(
+            "its chunks are written for litdata's {loader}: samples are read from chunks of \
+             the default PyTreeLoader"
+        ));
+    }
+    if config.encryption.is_some() {
+        return Err("its chunks are encrypted: decrypt them before reading them here".into());
+    }
+    let packing = match (
+        config.compression.as_deref(),
+        config.compression_level.as_deref(),
+    ) {
+        (None, _) => Packing::Raw,
+        (Some(c), level) if c == "zstd" || c.starts_with("zstd:") => match level {
+            // litdata reads a missing level as whole-file, for datasets written before it.
+            None | Some("" | "chunk") => Packing::Whole,
+            Some("batch") => Packing::Framed,
+            Some("sample") => Packing::Sample,
+            Some(other) => return Err(format!("compression level {other:?} is not litdata's")),
+        },
+        (Some(c), _) => {
+            return Err(format!(
+                "its chunks are compressed with {c:?}: LitData chunks are read raw or \
+                 zstd-compressed"
+            ));
+        }
+    };
+    let names = leaf_names(config.data_spec.as_deref())?;
+    if names.len() != config.data_format.len() {
+        return Err(format!(
+            "its data_spec has {} leaves ({names:?}) and its data_format {} ({:?})",
+            names.len(),
+            config.data_format.len(),
+            config.data_format
+        ));
+    }
+    for c in &index.chunks {
+        // Item offsets are u32: no chunk is larger.
+        if c.chunk_bytes > u64::from(u32::MAX) || c.chunk_size > u64::from(u32::MAX) {
+            return Err(format!(
+                "chunk {:?} claims {} items in {} bytes: more than its 32-bit offsets hold",
+                c.filename, c.chunk_size, c.chunk_bytes
+            ));
+        }
+    }
+    Ok(Described {
+        chunks: index.chunks,
+        packing,
+        leaves: names.into_iter().zip(config.data_format).collect(),
+    })
+}
+
+/// The names of a sample's leaves from litdata's pytree `data_spec`
+/// (`[1, {"type": "builtins.dict", "context": "[\"image\", ...]", "children_spec": [...]}]`):
+/// a dict's keys, a tuple's or list's positions, `"0"` for a lone leaf.
+fn leaf_names(spec: Option<&str>) -> Result<Vec<String>, String> {
+    let spec = spec.ok_or("its config has no data_spec")?;
+    let parsed: Value =
+        serde_json::from_str(spec).map_err(|e| format!("its data_spec is not JSON: {e}"))?;
+    let node = parsed
+        .get(1)
+        .filter(|_| parsed.get(0).and_then(Value::as_u64) == Some(1))
+        .ok_or("its data_spec is not a pytree spec of protocol 1")?;
+    let kind = node.get("type").and_then(Value::as_str);
+    let children = node
+        .get("children_spec")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let is_leaf = |c: &Value| {
+        c.get("type").is_none_or(Value::is_null)
+            && c.get("children_spec")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+    };
+    let Some(kind) = kind else {
+        return Ok(vec!["0".into()]);
+    };
+    if !children.iter().all(is_leaf) {
+        return Err(format!(
+            "its samples are nested ({kind} holding containers): samples of one level (a \
+             dict, tuple or list of values) are read here"
+        ));
+    }
+    match kind {
+        "builtins.dict" | "collections.OrderedDict" => {
+            let context = node
+                .get("context")
+                .and_then(Value::as_str)
+                .ok_or("its data_spec's dict has no keys")?;
+            let keys: Vec<Value> = serde_json::from_str(context)
+                .map_err(|e| format!("its data_spec's dict keys are not JSON: {e}"))?;
+            Ok(keys
+                .into_iter()
+                .map(|k| match k {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect())
+        }
+        "builtins.tuple" | "builtins.list" => {
+            Ok((0..children.len()).map(|i| i.to_string()).collect())
+        }
+        other => Err(format!(
+            "its samples are {other}: a dict, tuple or list of values is read here"
+        )),
+    }
+}
+
+/// Whether a leaf's format holds an image file's bytes.
+fn is_image_format(format: &str) -> bool {
+    format == "jpeg" || format == "bytes" || format.starts_with("image:")
+}
+
+/// The leaves read, by position in an item.
+#[derive(Debug)]
+pub(super) struct Columns {
+    /// Every leaf's name, handed with the bytes of those neither image nor label.
+    names: Vec<Arc<str>>,
+    pub(super) image: usize,
+    pub(super) label: Option<usize>,
+}
+
+impl Columns {
+    /// The leaves to read: `image` (or the first of [`IMAGE_NAMES`] present, or the one
+    /// leaf holding image bytes) and `label` (`Some("")`: none; `None`: the first of
+    /// [`LABEL_NAMES`] present, or none).
+    pub(super) fn choose(
+        leaves: &[(String, String)],
+        image: Option<&str>,
+        label: Option<&str>,
+    ) -> Result<Self, String> {
+        let find = |n: &str| leaves.iter().position(|(name, _)| name == n);
+        let listed = || format!("its leaves (name, format) are {leaves:?}");
+        let image = match image {
+            Some(n) => find(n).ok_or_else(|| format!("no leaf {n:?} for images; {}", listed()))?,
+            None => IMAGE_NAMES
+                .iter()
+                .find_map(|n| find(n))
+                .or_else(|| {
+                    let mut images = leaves
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (_, f))| is_image_format(f));
+                    match (images.next(), images.next()) {
+                        (Some((i, _)), None) => Some(i),
+                        _ => None,
+                    }
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "no image leaf among {IMAGE_NAMES:?}, nor one leaf of image bytes; name \
+                         the one that holds the image bytes (image_column=..., \
+                         --image-column; a tuple's leaves are named \"0\", \"1\", ...); {}",
+                        listed()
+                    )
+                })?,
+        };
+        let (name, format) = &leaves[image];
+        if !is_image_format(format) {
+            return Err(format!(
+                "leaf {name:?} is stored as {format:?}: images are read from leaves stored as \
+                 \"jpeg\", \"bytes\" or \"image:...\" (an image file's bytes); litdata stores a \
+                 PIL image that is not a JPEG as \"pil\", raw pixels: optimize with the file's \
+                 bytes or litdata's JPEG"
+            ));
+        }
+        let label = match label {
+            Some("") => None,
+            Some(n) => Some(find(n).ok_or_else(|| format!("no label leaf {n:?}; {}", listed()))?),
+            None => LABEL_NAMES.iter().find_map(|n| find(n)),
+        };
+        if let Some(i) = label {
+            let (name, format) = &leaves[i];
+            if format != "int" {
+                return Err(format!(
+                    "label leaf {name:?} is stored as {format:?}: LitData labels are read as \
+                     classes from Python ints (\"int\"); choose another (label_column=...) or \
+                     none (label_column=\"\")"
+                ));
+            }
+        }
+        Ok(Self {
+            names: leaves.iter().map(|(n, _)| Arc::from(n.as_str())).collect(),
+            image,
+            label,
+        })
+    }
+
+    /// One item's record: its image, its label, its other leaves as members.
+    fn record(&self, item: &Bytes) -> Result<Record, String> {
+        let n = self.names.len();
+        let head = 4 * n;
+        let sizes = item
+            .get(..head)
+            .ok_or("the item ends inside its leaf sizes")?;
+        let mut at = head;
+        let mut image = None;
+        let mut label = Label::None;
+        let mut members = Vec::new();
+        for (i, size) in sizes.chunks_exact(4).enumerate() {
+            let size = u32::from_le_bytes([size[0], size[1], size[2], size[3]]) as usize;
+            let span = at
+                .checked_add(size)
+                .filter(|&e| e <= item.len())
+                .map(|e| at..e)
+                .ok_or_else(|| {
+                    format!(
+                        "its leaves need more than its {} bytes: was the chunk replaced?",
+                        item.len()
+                    )
+                })?;
+            at = span.end;
+            let bytes = item.slice(span);
+            if i == self.image {
+                image = Some(bytes);
+            } else if Some(i) == self.label {
+                let value: [u8; 8] = bytes[..]
+                    .try_into()
+                    .map_err(|_| format!("an int label of {} bytes", bytes.len()))?;
+                label = Label::Class(i64::from_le_bytes(value));
+            } else {
+                members.push((Arc::clone(&self.names[i]), bytes));
+            }
+        }
+        Ok(Record {
+            bytes: image,
+            members,
+            label: Some(label),
+        })
+    }
+}
+
+/// A chunk's items, the chunk at `key`: a raw or per-item compressed chunk's offset table and a framed
+/// chunk's directory read from its first bytes; a whole-file compressed chunk's count from
+/// the index (its table is inside the compressed bytes).
+pub(super) async fn items(
+    store: &dyn Storage,
+    key: &str,
+    chunk: &ChunkInfo,
+    packing: Packing,
+    columns: Arc<Columns>,
+) -> Result<RecordFile, FileError> {
+    let n = chunk.chunk_size;
+    let size = chunk.chunk_bytes;
+    let table = |head: u64| async move {
+        if head > size {
+            return Err(FileError::Invalid(format!(
+                "{n} items need a table of {head} bytes; the chunk has {size}"
+            )));
+        }
+        store
+            .get_range(key, 0..head)
+            .await
+            .map_err(FileError::Storage)
+    };
+    match packing {
+        Packing::Raw | Packing::Sample => {
+            let head = 4 * (n + 2);
+            let table = table(head).await?;
+            let ranges = offsets(&table, n, size)?;
+            Ok(RecordFile {
+                key: key.to_owned(),
+                size,
+                samples: ranges.into_iter().map(|r| (r, 0)).collect(),
+                shared: false,
+                records: Arc::new(Chunk {
+                    columns,
+                    packing: Stored::Items {
+                        compressed: packing == Packing::Sample,
+                    },
+                }),
+            })
+        }
+        Packing::Whole => {
+            // The index gives the decompressed size: the file's own is asked for.
+            if n.saturating_add(2).saturating_mul(4) > size {
+                return Err(format!("{n} items cannot fit in a chunk of {size} bytes").into());
+            }
+            let file = store.head(key).await.map_err(FileError::Storage)?.size;
+            let slots = (0..n).map(|i| u32::try_from(i).map_err(|_| "more than 2^32 items"));
+            Ok(RecordFile {
+                key: key.to_owned(),
+                size: file,
+                samples: slots
+                    .map(|s| Ok((0..file, s?)))
+                    .collect::<Result<_, FileError>>()?,
+                shared: true,
+                records: Arc::new(Chunk {
+                    columns,
+                    packing: Stored::Whole {
+                        items: n,
+                        raw: size,
+                    },
+                }),
+            })
+        }
+        Packing::Framed => {
+            // At most one frame per item: one read holds the directory whatever the frames.
+            let head = (FRAMED_PREFIX + 4 * (n + 1) + FRAME_ENTRY * n).min(size);
+            let dir = table(head).await?;
+            let framed = Framed::parse(&dir, n, size)?;
+            let samples = framed
+                .frames
+                .iter()
+                .flat_map(|f| (0..f.items).map(|i| (f.span.clone(), i)))
+                .collect();
+            Ok(RecordFile {
+                key: key.to_owned(),
+                size,
+                samples,
+                shared: true,
+                records: Arc::new(Chunk {
+                    columns,
+                    packing: Stored::Framed(framed),
+                }),
+            })
+        }
+    }
+}
+
+/// The item ranges of a chunk's table (`u32` count, then `count + 1` offsets), checked
+/// against the count the index gives and the chunk's size.
+fn offsets(table: &[u8], n: u64, size: u64) -> Result<Vec<Range<u64>>, String> {
+    let count = word(table, 0).ok_or("the chunk ends inside its item count")?;
+    if count != n {
+        return Err(format!("the chunk holds {count} items; the index says {n}"));
+    }
+    let head = 4 * (n + 2);
+    let mut start = word(table, 1).ok_or("the chunk ends inside its offset table")?;
+    if start < head {
+        return Err(format!(
+            "item 0 starts at byte {start}, inside the offset table"
+        ));
+    }
+    // No more items than the table read can hold: a count is not trusted with memory.
+    let mut ranges = Vec::with_capacity((n as usize).min(table.len() / 4));
+    for i in 0..n {
+        let end = word(table, i + 2).ok_or("the chunk ends inside its offset table")?;
+        if end <= start || end > size {
+            return Err(if end == start && start == head {
+                // litdata writes samples without media (numbers, text) as an Arrow table
+                // after an empty item table.
+                "its items are an Arrow table at the chunk's end, as litdata writes samples \
+                 without images; samples with an image leaf are stored as items"
+                    .into()
+            } else {
+                format!("item {i} is bytes {start}..{end} of a chunk of {size} bytes")
+            });
+        }
+        ranges.push(start..end);
+        start = end;
+    }
+    Ok(ranges)
+}
+
+/// The `i`th little-endian `u32` of `bytes`.
+fn word(bytes: &[u8], i: u64) -> Option<u64> {
+    let at = usize::try_from(i.checked_mul(4)?).ok()?;
+    let b = bytes.get(at..at.checked_add(4)?)?;
+    Some(u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+}
+
+/// One zstd frame of a framed chunk.
+#[derive(Debug)]
+struct Frame {
+    /// Its compressed bytes in the file.
+    span: Range<u64>,
+    /// Its first item and how many it holds.
+    first: u64,
+    items: u32,
+    /// What it decompresses to.
+    raw: u64,
+}
+
+/// A framed chunk's directory.
+#[derive(Debug)]
+pub(super) struct Framed {
+    /// Each item's start in the items' bytes laid end to end, and their end.
+    offsets: Vec<u64>,
+    frames: Vec<Frame>,
+}
+
+impl Framed {
+    /// The directory at the start of a framed chunk (`dir`), checked against the index's
+    /// count `n` and the file's `size`.
+    fn parse(dir: &[u8], n: u64, size: u64) -> Result<Self, String> {
+        if dir.get(..8) != Some(&FRAMED_MAGIC[..]) {
+            return Err("no LDFZ01 magic where the index says a framed zstd chunk starts".into());
+        }
+        let version = dir.get(8..10).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        if version != Some(1) {
+            return Err(format!(
+                "framed zstd version {version:?}; version 1 is read"
+            ));
+        }
+        let count = word(dir, 3).ok_or("the chunk ends inside its directory")?;
+        let frames = word(dir, 5).ok_or("the chunk ends inside its directory")?;
+        if count != n || frames == 0 || frames > n {
+            return Err(format!(
+                "the chunk holds {count} items in {frames} frames; the index says {n} items"
+            ));
+        }
+        let offsets: Vec<u64> = (0..=n)
+            .map(|i| word(dir, FRAMED_PREFIX / 4 + i))
+            .collect::<Option<_>>()
+            .ok_or("the chunk ends inside its offset table")?;
+        let table = FRAMED_PREFIX + 4 * (n + 1);
+        let mut next = 0;
+        let mut parsed = Vec::with_capacity(frames as usize);
+        for f in 0..frames {
+            let at = usize::try_from(table + f * FRAME_ENTRY).map_err(|e| e.to_string())?;
+            let entry = dir
+                .get(at..at + FRAME_ENTRY as usize)
+                .ok_or("the chunk ends inside its frame table")?;
+            let u32_at = |i: usize| {
+                u64::from(u32::from_le_bytes([
+                    entry[i],
+                    entry[i + 1],
+                    entry[i + 2],
+                    entry[i + 3],
+                ]))
+            };
+            let mut off = [0u8; 8];
+            off.copy_from_slice(&entry[8..16]);
+            let (first, items, off, len, raw) = (
+                u32_at(0),
+                u32_at(4),
+                u64::from_le_bytes(off),
+                u32_at(16),
+                u32_at(20),
+            );
+            let end = first.checked_add(items).filter(|&e| e <= n);
+            let (Some(end), true) = (end, first == next && items > 0) else {
+                return Err(format!(
+                    "frame {f} holds items {first}..{} after item {next}",
+                    first.saturating_add(items)
+                ));
+            };
+            let span = off..off.saturating_add(len);
+            let want = offsets[end as usize].checked_sub(offsets[first as usize]);
+            if off < table + frames * FRAME_ENTRY
+                || span.end > size
+                || len == 0
+                || want != Some(raw)
+            {
+                return Err(format!(
+                    "frame {f} is bytes {}..{} of {size}, inflating to {raw} bytes for items \
+                     {first}..{end}",
+                    span.start, span.end
+                ));
+            }
+            parsed.push(Frame {
+                span,
+                first,
+                items: u32::try_from(items).map_err(|e| e.to_string())?,
+                raw,
+            });
+            next = end;
+        }
+        if next != n {
+            return Err(format!("its frames hold {next} of its {n} items"));
+        }
+        if offsets.windows(2).any(|w| w[1] <= w[0]) {
+            return Err("its item offsets do not increase".into());
+        }
+        Ok(Self {
+            offsets,
+            frames: parsed,
+        })
+    }
+}
+
+/// How a chunk's spans hold its items.
+#[derive(Debug)]
+enum Stored {
+    /// Each span one item, zstd-compressed when `compressed`.
+    Items {
+        compressed: bool,
+    },
+    /// The whole file one zstd frame of the raw layout, of `items` items in `raw` bytes.
+    Whole {
+        items: u64,
+        raw: u64,
+    },
+    Framed(Framed),
+}
+
+/// A chunk's items as the engine decodes them.
+#[derive(Debug)]
+pub(super) struct Chunk {
+    columns: Arc<Columns>,
+    packing: Stored,
+}
+
+impl Records for Chunk {
+    fn decode(&self, _key: &str, range: &Range<u64>, bytes: Bytes) -> Result<Vec<Record>, String> {
+        match &self.packing {
+            Stored::Items { compressed: false } => Ok(vec![self.columns.record(&bytes)?]),
+            Stored::Items { compressed: true } => {
+                Ok(vec![self.columns.record(&inflate(&bytes, None)?)?])
+            }
+            Stored::Whole { items, raw } => {
+                let raw = inflate(&bytes, Some(*raw))?;
+                offsets(&raw, *items, raw.len() as u64)?
+                    .into_iter()
+                    .map(|r| {
+                        self.columns
+                            .record(&raw.slice(r.start as usize..r.end as usize))
+                    })
+                    .collect()
+            }
+            Stored::Framed(framed) => {
+                let f = framed
+                    .frames
+                    .iter()
+                    .find(|f| f.span == *range)
+                    .ok_or_else(|| format!("no frame at bytes {range:?}"))?;
+                let raw = inflate(&bytes, Some(f.raw))?;
+                let base = framed.offsets[f.first as usize];
+                (f.first..f.first + u64::from(f.items))
+                    .map(|i| {
+                        let (s, e) = (framed.offsets[i as usize], framed.offsets[i as usize + 1]);
+                        self.columns
+                            .record(&raw.slice((s - base) as usize..(e - base) as usize))
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// A zstd frame's content: exactly `size` bytes when known, else at most
+/// [`INFLATION_LIMIT`] times its own size.
+fn inflate(bytes: &[u8], size: Option<u64>) -> Result<Bytes, String> {
+    let limit = size.unwrap_or((bytes.len() as u64).saturating_mul(INFLATION_LIMIT));
+    let mut out = Vec::with_capacity(usize::try_from(limit.min(1 << 26)).unwrap_or(0));
+    zstd::stream::read::Decoder::new(bytes)
+        .map_err(|e| format!("zstd: {e}"))?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zstd: {e}"))?;
+    match size {
+        Some(s) if out.len() as u64 != s => Err(format!(
+            "a zstd frame inflates to {} bytes; {s} were written",
+            out.len()
+        )),
+        None if out.len() as u64 > limit => Err(format!(
+            "a zstd frame of {} bytes inflates past {limit} bytes",
+            bytes.len()
+        )),
+        _ => Ok(Bytes::from(out)),
+    }
+}

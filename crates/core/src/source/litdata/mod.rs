@@ -1,0 +1,128 @@
+//! LitData's chunks (`litdata.optimize`'s output) as a dataset, read where they lie:
+//! `index.json` lists the chunks and a sample's leaves; each chunk's table (its first
+//! bytes) is read once, then a sample is a ranged GET of its own bytes, its image, label
+//! and other leaves cut out of it. zstd frames (litdata's default `compression="zstd"`
+//! writes a frame per run of items) are fetch units decompressed once for their items.
+//! Labels are stored inside the samples, so they are read with them.
+
+mod layout;
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{DynStorage, Storage};
+
+use super::blocking::block_on_own_thread;
+use super::columns::ColumnNames;
+use super::error::{Result, SourceError};
+use super::index::Dataset;
+use super::record_files::{RecordFile, dataset_of};
+use layout::Columns;
+
+/// Whether `text`, the bytes of an `index.json`, describes LitData chunks rather than
+/// MDS shards.
+pub fn is_litdata_index(text: &[u8]) -> bool {
+    layout::is_litdata(text)
+}
+
+/// How LitData chunks become a [`Dataset`]: which leaves hold the images and labels.
+#[derive(Debug, Clone)]
+pub struct LitData {
+    columns: ColumnNames,
+    chunk_bytes: u64,
+}
+
+impl Default for LitData {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LitData {
+    /// Images from the first leaf named `image`, `img`, `jpg`, `jpeg`, `png` or `webp` (or
+    /// the one leaf of image bytes), labels from `label` or `cls` when present; raw chunks
+    /// read in runs of 4 MiB in shard-local order.
+    pub fn new() -> Self {
+        Self {
+            columns: ColumnNames::default(),
+            chunk_bytes: super::webdataset::DEFAULT_CHUNK_BYTES,
+        }
+    }
+
+    /// The leaf holding the images (stored `jpeg`, `bytes` or `image:...`): a dict's key,
+    /// or a tuple's position (`"0"`, `"1"`, ...).
+    pub fn image_column(mut self, name: impl Into<String>) -> Self {
+        self.columns.image = Some(name.into());
+        self
+    }
+
+    /// The leaf holding the labels (a Python `int`); `""` for none.
+    pub fn label_column(mut self, name: impl Into<String>) -> Self {
+        self.columns.label = Some(name.into());
+        self
+    }
+
+    /// Whether an image or label leaf was named.
+    pub(crate) fn names_columns(&self) -> bool {
+        self.columns.named()
+    }
+
+    /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
+    pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
+        let text = RetryStore::new(&**store, RetryConfig::default())
+            .get(index)
+            .await?;
+        self.load_index(store, index, &text).await
+    }
+
+    /// [`LitData::load`] for synchronous callers.
+    pub fn load_blocking(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
+        block_on_own_thread(|| self.load(store, index))
+    }
+
+    /// The dataset of `index`, whose bytes are `text`.
+    pub(crate) async fn load_index(
+        &self,
+        store: &DynStorage,
+        index: &str,
+        text: &[u8],
+    ) -> Result<Dataset> {
+        let retried = RetryStore::new(&**store, RetryConfig::default());
+        let name = store.name().to_owned();
+        let problem = |file: &str, problem: String| SourceError::LitData {
+            file: file.to_owned(),
+            store: name.clone(),
+            problem,
+        };
+        let described = layout::parse_index(text).map_err(|p| problem(index, p))?;
+        let columns = Columns::choose(
+            &described.leaves,
+            self.columns.image.as_deref(),
+            self.columns.label.as_deref(),
+        )
+        .map_err(|p| problem(index, p))?;
+        let labelled = columns.label.is_some();
+        let columns = Arc::new(columns);
+        let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
+        let (retried, packing) = (&retried, described.packing);
+        let files: Vec<RecordFile> = futures::stream::iter(described.chunks)
+            .map(|chunk| {
+                let key = if dir.is_empty() {
+                    chunk.filename.clone()
+                } else {
+                    format!("{dir}/{}", chunk.filename)
+                };
+                let (problem, columns) = (&problem, Arc::clone(&columns));
+                async move {
+                    layout::items(retried, &key, &chunk, packing, columns)
+                        .await
+                        .map_err(|e| e.into_source(|p| problem(&key, p)))
+                }
+            })
+            .buffered(8)
+            .try_collect()
+            .await?;
+        dataset_of(files, self.chunk_bytes, "item", labelled)
+    }
+}

@@ -1,0 +1,112 @@
+//! Datasets whose files hold their samples stored encoded (MDS shards, LitData chunks):
+//! each file, read at open into its samples' spans and slots, becomes items, chunks and an
+//! object of one [`Dataset`].
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use loader_scheduler::{Label, RecordOf, Records};
+use loader_storage::ObjectMeta;
+
+use super::error::{Result, SourceError};
+use super::index::{Dataset, Item, ShardLayout};
+
+/// Why a file could not be read at open.
+pub(crate) enum FileError {
+    Storage(loader_storage::Error),
+    /// What is wrong with it.
+    Invalid(String),
+}
+
+impl From<String> for FileError {
+    fn from(problem: String) -> Self {
+        Self::Invalid(problem)
+    }
+}
+
+impl From<&str> for FileError {
+    fn from(problem: &str) -> Self {
+        Self::Invalid(problem.into())
+    }
+}
+
+impl FileError {
+    /// The source's error: a storage one as it is, a problem through `problem` (which
+    /// names the file, the store and the format).
+    pub(crate) fn into_source(self, problem: impl FnOnce(String) -> SourceError) -> SourceError {
+        match self {
+            Self::Storage(e) => SourceError::Storage(e),
+            Self::Invalid(p) => problem(p),
+        }
+    }
+}
+
+/// One file's samples as read at open.
+pub(crate) struct RecordFile {
+    pub(crate) key: String,
+    /// The file's size.
+    pub(crate) size: u64,
+    /// How its spans decode: one for the whole file.
+    pub(crate) records: Arc<dyn Records>,
+    /// Each sample's span, and its slot among the span's records.
+    pub(crate) samples: Vec<(Range<u64>, u32)>,
+    /// Whether spans hold several samples (a zstd frame or file): each span is then one
+    /// chunk, fetched and decoded once; else neighbours are read in runs of `run_bytes`.
+    pub(crate) shared: bool,
+}
+
+/// The dataset of `files`, in order: a sample is named `"{noun} {i}"` by its place in its
+/// file; without `labelled` its samples carry none.
+pub(crate) fn dataset_of(
+    files: Vec<RecordFile>,
+    run_bytes: u64,
+    noun: &str,
+    labelled: bool,
+) -> Result<Dataset> {
+    let mut items = Vec::new();
+    let mut layouts = Vec::with_capacity(files.len());
+    let mut objects = Vec::with_capacity(files.len());
+    for file in files {
+        let key: Arc<str> = file.key.into();
+        objects.push(ObjectMeta {
+            key: key.to_string(),
+            size: file.size,
+            version: None,
+        });
+        let first = items.len();
+        for (i, (range, slot)) in file.samples.iter().enumerate() {
+            items.push(Item {
+                key: Arc::clone(&key),
+                range: Some(range.clone()),
+                // Labels are stored with the samples, read with them.
+                label: Label::None,
+                name: Some(format!("{noun} {i}").into()),
+                members: Arc::default(),
+                record: Some(RecordOf {
+                    records: Arc::clone(&file.records),
+                    slot: *slot,
+                    shared: file.shared,
+                }),
+            });
+        }
+        layouts.push(if file.shared {
+            let mut chunks: Vec<Range<usize>> = Vec::new();
+            for (i, (range, _)) in file.samples.iter().enumerate() {
+                match chunks.last_mut() {
+                    Some(c) if file.samples[c.start - first].0 == *range => c.end = first + i + 1,
+                    _ => chunks.push(first + i..first + i + 1),
+                }
+            }
+            ShardLayout { key, chunks }
+        } else {
+            let spans: Vec<Range<u64>> = file.samples.into_iter().map(|(r, _)| r).collect();
+            ShardLayout::by_runs(key, &spans, first, run_bytes)
+        });
+    }
+    let dataset = Dataset::from_shards(items, Vec::new(), layouts)?.with_objects(objects);
+    Ok(if labelled {
+        dataset
+    } else {
+        dataset.without_labels()
+    })
+}

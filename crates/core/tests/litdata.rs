@@ -1,0 +1,339 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+//! LitData datasets written by litdata's own `optimize` (the committed fixtures, see
+//! `fixtures/litdata/make.py`): raw chunks, zstd frames of items (litdata's default for
+//! zstd), whole-file zstd and per-item zstd; read through a local store and through the
+//! in-process S3 server behind the delay proxy, compared with what litdata's own
+//! StreamingDataset read back; and damaged indexes and chunks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use loader_core::decoder::{DecodeOptions, decode};
+use loader_core::litdata::LitData;
+use loader_core::{
+    DataLoader, Dataset, DynStorage, ErrorPolicy, Formats, RawBatch, SampleInfo, ShardOrder,
+    from_url,
+};
+use loader_testkit::watchdog::{HANG_LIMIT, within};
+use loader_testkit::{DelayProxy, S3Server};
+
+/// The datasets read as samples (the fourth, `arrow`, is refused).
+const READ: [&str; 4] = ["raw", "framed", "whole", "sample"];
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata")
+}
+
+fn local(dir: &Path) -> DynStorage {
+    from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
+}
+
+#[derive(serde::Deserialize, Debug, Clone)]
+struct Row {
+    label: i64,
+    pixel_sum: Option<u64>,
+}
+
+fn expected() -> BTreeMap<String, Vec<Row>> {
+    serde_json::from_slice(&std::fs::read(fixtures().join("expected.json")).unwrap()).unwrap()
+}
+
+/// How `name` is read: `framed`'s samples are tuples, so its label is leaf "1".
+fn litdata(name: &str) -> LitData {
+    match name {
+        "framed" => LitData::new().label_column("1"),
+        _ => LitData::new(),
+    }
+}
+
+/// A sample as delivered: (index, label, decoded pixel sum, caption member).
+type Seen = (u64, i64, u64, Option<String>);
+
+fn loader(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilder<Seen, Vec<Seen>> {
+    DataLoader::builder(store, dataset).map(
+        |bytes: Bytes, info: &SampleInfo| {
+            let pixels = decode(&bytes, &DecodeOptions::default())?;
+            let sum = pixels.data.iter().map(|&x| u64::from(x)).sum::<u64>() % (1 << 32);
+            let caption = info
+                .member("caption")
+                .map(|b| String::from_utf8(b.to_vec()).unwrap());
+            Ok((info.index, info.label.class().unwrap_or(-1), sum, caption))
+        },
+        |raw: RawBatch<Seen>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect()),
+    )
+}
+
+fn one_pass(loader: &mut DataLoader<Seen, Vec<Seen>>) -> Vec<Seen> {
+    let mut seen: Vec<Seen> = loader.flat_map(|b| b.unwrap()).collect();
+    seen.sort();
+    seen
+}
+
+fn check(what: &str, want: &[Row], seen: &[Seen]) {
+    assert_eq!(seen.len(), want.len(), "{what}: each sample once");
+    for ((index, label, pixels, caption), row) in seen.iter().zip(want) {
+        assert_eq!(*label, row.label, "{what} sample {index}: label");
+        assert_eq!(
+            Some(*pixels),
+            row.pixel_sum,
+            "{what} sample {index}: pixels as litdata decodes them"
+        );
+        if what.starts_with("raw") || what.starts_with("sample") {
+            assert_eq!(
+                caption.as_deref(),
+                Some(format!("sample {index}").as_str()),
+                "{what}: the other leaves are members"
+            );
+        }
+    }
+}
+
+#[test]
+fn datasets_written_by_litdata_optimize_read_as_litdata_reads_them_back() {
+    let expected = expected();
+    let store = local(&fixtures());
+    for name in READ {
+        let want = &expected[name];
+        let dataset = litdata(name)
+            .load_blocking(&store, &format!("{name}/index.json"))
+            .unwrap();
+        assert_eq!(dataset.len(), want.len(), "{name}");
+        assert!(dataset.shards().len() > 1, "{name}: several chunks");
+        for fetch in [
+            loader_core::Fetch::Async { max_in_flight: 8 },
+            loader_core::Fetch::Threads { threads: 3 },
+        ] {
+            let mut loader = loader(Arc::clone(&store), dataset.clone())
+                .batch_size(7)
+                .shuffle(true)
+                .seed(4)
+                .fetch(fetch)
+                .build()
+                .unwrap();
+            check(name, want, &one_pass(&mut loader));
+        }
+    }
+}
+
+#[test]
+fn litdata_through_s3_behind_the_delay_proxy_in_both_orders() {
+    let expected = expected();
+    let dir = tempfile::tempdir().unwrap();
+    for name in READ {
+        let to = dir.path().join("lit").join(name);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(fixtures().join(name)).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+        }
+    }
+    let server = S3Server::start(dir.path()).unwrap();
+    let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
+    for name in READ {
+        // Opened by its URL, as `loader run` and Python open it: the index says LitData.
+        let url = format!("s3://lit/{name}/index.json");
+        let store = from_url(
+            &loader_core::store_url(&url).unwrap(),
+            server.options_for(&proxy.url()),
+        )
+        .unwrap();
+        let formats = Formats {
+            litdata: litdata(name),
+            ..Formats::default()
+        };
+        let dataset = Dataset::open_blocking(&url, &store, None, &formats).unwrap();
+        let chunks: u64 = dataset.shards().iter().map(|s| s.chunks.len() as u64).sum();
+        if name == "framed" {
+            // 30 items in chunks of 12, 12 and 6, in frames of 4.
+            assert_eq!(chunks, 3 + 3 + 2, "a frame is a fetch unit");
+        }
+        for order in [ShardOrder::Local, ShardOrder::Global] {
+            let before = proxy.stats().gets;
+            let mut l = loader(Arc::clone(&store), dataset.clone())
+                .batch_size(8)
+                .shuffle(true)
+                .shard_order(order)
+                .epochs(1)
+                .build()
+                .unwrap();
+            check(
+                &format!("{name} {order:?}"),
+                &expected[name],
+                &one_pass(&mut l),
+            );
+            let gets = proxy.stats().gets - before;
+            match (name, order) {
+                // An item alone is a ranged GET of its own bytes in a global order
+                // (neighbours coalesced): fewer than one per sample.
+                ("raw" | "sample", ShardOrder::Global) => {
+                    assert!(gets > chunks && gets <= 30, "{name} {order:?}: {gets} GETs")
+                }
+                // A run of raw items, a zstd frame or a whole compressed chunk, once.
+                _ => assert_eq!(gets, chunks, "{name} {order:?}: GETs"),
+            }
+        }
+    }
+}
+
+#[test]
+fn what_is_not_read_is_refused_with_what_to_do() {
+    let store = local(&fixtures());
+    // Bytes and ints alone: litdata writes the rows as an Arrow table, not as items.
+    let err = LitData::new()
+        .load_blocking(&store, "arrow/index.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("chunk-0-0.bin") && err.contains("Arrow table"),
+        "{err}"
+    );
+    // A tuple's label is not guessed: named, it is read (above); a wrong name is refused.
+    let err = LitData::new()
+        .label_column("label")
+        .load_blocking(&store, "framed/index.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no label leaf \"label\"") && err.contains("\"1\""),
+        "{err}"
+    );
+    let err = LitData::new()
+        .image_column("caption")
+        .load_blocking(&store, "raw/index.json")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"caption\" is stored as \"str\""), "{err}");
+    let err = LitData::new()
+        .label_column("caption")
+        .load_blocking(&store, "raw/index.json")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("label leaf \"caption\""), "{err}");
+}
+
+/// What reading every sample of a damaged dataset gave: samples loaded, and the errors of
+/// those skipped.
+type Outcome = (usize, Vec<String>);
+
+/// Opens a copy of dataset `name` with `change` made to it and reads every sample, under
+/// the watchdog: the open's error, or what the samples became.
+fn damaged(
+    name: &'static str,
+    change: impl FnOnce(&Path) + Send + 'static,
+    what: &str,
+) -> Result<Outcome, String> {
+    within(HANG_LIMIT, what, move || {
+        let dir = tempfile::tempdir().unwrap();
+        for f in std::fs::read_dir(fixtures().join(name)).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
+        }
+        change(dir.path());
+        let store = local(dir.path());
+        let dataset = litdata(name)
+            .load_blocking(&store, "index.json")
+            .map_err(|e| e.to_string())?;
+        let l = DataLoader::builder(store, dataset)
+            .map(
+                |bytes: Bytes, _: &SampleInfo| Ok(bytes.len()),
+                |raw: RawBatch<usize>| {
+                    let errors: Vec<String> = raw.skipped.iter().map(|e| e.to_string()).collect();
+                    Ok((raw.samples.len(), errors))
+                },
+            )
+            .batch_size(4)
+            .epochs(1)
+            .error_policy(ErrorPolicy::Skip {
+                max_failures: usize::MAX,
+            })
+            .build()
+            .unwrap();
+        let mut out: Outcome = (0, Vec::new());
+        for batch in l {
+            let (n, errors) = batch.map_err(|e| e.to_string())?;
+            out.0 += n;
+            out.1.extend(errors);
+        }
+        Ok(out)
+    })
+}
+
+fn flip(file: &'static str, at: usize, mask: u8) -> impl FnOnce(&Path) + Send + 'static {
+    move |d: &Path| {
+        let f = d.join(file);
+        let mut b = std::fs::read(&f).unwrap();
+        if let Some(x) = b.get_mut(at) {
+            *x ^= mask;
+        }
+        std::fs::write(f, b).unwrap();
+    }
+}
+
+#[test]
+fn damaged_indexes_and_chunks_are_errors_naming_the_file_never_panics_or_hangs() {
+    let err = damaged(
+        "raw",
+        |d| std::fs::write(d.join("index.json"), b"{\"chunks\": 3}").unwrap(),
+        "index",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("index.json") && err.contains("not a LitData index"),
+        "{err}"
+    );
+    let err = damaged("raw", flip("chunk-0-1.bin", 0, 1), "count").unwrap_err();
+    assert!(
+        err.contains("chunk-0-1.bin") && err.contains("the index says"),
+        "{err}"
+    );
+    let err = damaged("framed", flip("chunk-0-1.bin", 0, 1), "magic").unwrap_err();
+    assert!(
+        err.contains("chunk-0-1.bin") && err.contains("LDFZ01"),
+        "{err}"
+    );
+    // Every byte of a raw chunk's head and of a framed chunk's directory damaged in turn:
+    // an error at open, or samples that load or fail one by one; never a panic or a hang.
+    for (name, file) in [("raw", "chunk-0-0.bin"), ("framed", "chunk-0-0.bin")] {
+        let len = std::fs::read(fixtures().join(name).join(file))
+            .unwrap()
+            .len();
+        for at in (0..160.min(len)).step_by(3) {
+            for mask in [0x01, 0x80] {
+                let outcome = damaged(name, flip(file, at, mask), &format!("{name} byte {at}"));
+                if let Ok((loaded, errors)) = outcome {
+                    assert_eq!(loaded + errors.len(), 30, "{name} byte {at}: {errors:?}");
+                }
+            }
+        }
+    }
+    // A whole compressed chunk damaged: its items fail together, naming the chunk.
+    let (loaded, errors) = damaged(
+        "whole",
+        |d| {
+            let f = d.join("chunk-0-1.zstd.bin");
+            let b = std::fs::read(&f).unwrap();
+            std::fs::write(f, &b[..b.len() / 2]).unwrap();
+        },
+        "whole truncated",
+    )
+    .unwrap();
+    assert_eq!((loaded, errors.len()), (18, 12), "{errors:?}");
+    assert!(errors[0].contains("chunk-0-1.zstd.bin"), "{errors:?}");
+    // A raw chunk cut short: its last item fails, naming the chunk; the others load.
+    let (loaded, errors) = damaged(
+        "raw",
+        |d| {
+            let f = d.join("chunk-0-2.bin");
+            let b = std::fs::read(&f).unwrap();
+            std::fs::write(f, &b[..b.len() - 10]).unwrap();
+        },
+        "truncated",
+    )
+    .unwrap();
+    assert_eq!(loaded, 29, "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("chunk-0-2.bin"), "{errors:?}");
+}
