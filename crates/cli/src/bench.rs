@@ -40,7 +40,8 @@ pub struct Args {
     /// files in Hugging Face's layout with an offset index, file-local order: a GET per
     /// page), `parquet-global` (the same, a global permutation), `parquet-no-index`
     /// (without an offset index: a GET per row group's image column), `mds` (raw MDS
-    /// shards, shard-local order).
+    /// shards, shard-local order), `packed-256` (the `files` images packed by `loader pack
+    /// --resize 256` into shards, shard-local order).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "files")]
     formats: Vec<Format>,
     /// Also read each remote row through a disk cache as large as the dataset (async
@@ -185,7 +186,9 @@ pub fn main(args: Args) -> Result {
     });
     let bucket_dir = root.join("bench");
     let marker = root.join(".complete");
-    let files = args.formats.contains(&Format::Files);
+    let packed = args.formats.contains(&Format::Packed256);
+    // The packed row is made from the files row's images.
+    let files = args.formats.contains(&Format::Files) || packed;
     let sharded = args
         .formats
         .iter()
@@ -256,6 +259,23 @@ pub fn main(args: Args) -> Result {
         gen_data::write(&spec, &bucket_dir, !args.json)?;
         std::fs::write(&marker, b"")?;
     }
+    let packed_dir = root.join(Format::Packed256.bucket());
+    let packed_marker = root.join(".packed-256-complete");
+    if args.endpoint.is_none() && packed && !packed_marker.exists() {
+        eprintln!(
+            "packing {} images at 256 px into {} ...",
+            args.dataset.images,
+            packed_dir.display()
+        );
+        let _ = std::fs::remove_dir_all(&packed_dir);
+        crate::pack::main(crate::pack::Args::resized(
+            &bucket_dir,
+            &packed_dir,
+            256,
+            4 << 20,
+        ))?;
+        std::fs::write(&packed_marker, b"")?;
+    }
 
     // The rows: local disk, then the S3 server at each round-trip time.
     let server = if args.endpoint.is_none() {
@@ -320,7 +340,7 @@ pub fn main(args: Args) -> Result {
         let store = first(format.bucket())?;
         let dataset = match format {
             Format::Files => Dataset::image_folder_blocking(&*store)?,
-            f if f.parquet() || f == Format::Mds => {
+            f if f.parquet() || f == Format::Mds || f == Format::Packed256 => {
                 Dataset::open_blocking("", &store, None, &Formats::default())?
             }
             _ => {

@@ -1,6 +1,7 @@
-//! `loader`: generate a dataset, serve it, iterate it, and reproduce the paper's benchmark.
+//! `loader`: generate a dataset, serve it, iterate it, pack it into shards, and reproduce the
+//! paper's benchmark.
 //!
-//! Rooms: one file per command (`run`, `index`; with the default `tools` feature `gen_data`,
+//! Rooms: one file per command (`run`, `index`, `pack`; with the default `tools` feature `gen_data`,
 //! `serve`, `bench` and its `report`), below them `options` (the loader flags `run` and
 //! `bench` share, over the library's `LoaderOptions`) and `progress` (what a command shows
 //! while it works).
@@ -15,6 +16,7 @@ mod gen_mds;
 mod gen_parquet;
 mod index;
 mod options;
+mod pack;
 #[cfg(feature = "tools")]
 mod parallel;
 mod progress;
@@ -50,6 +52,8 @@ enum Command {
     Serve(serve::Args),
     /// Iterate a dataset at a URL and report throughput and the bottleneck stage.
     Run(run::Args),
+    /// Write any dataset the loader reads as WebDataset shards, optionally resized.
+    Pack(pack::Args),
     /// Reproduce the paper: storage latency x fetch strategy, against the CPU ceiling.
     #[cfg(feature = "tools")]
     Bench(bench::Args),
@@ -89,6 +93,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "tools")]
         Command::Serve(args) => serve::main(args),
         Command::Run(args) => run::main(args),
+        Command::Pack(args) => pack::main(args),
         #[cfg(feature = "tools")]
         Command::Bench(args) => bench::main(args),
     };

@@ -28,6 +28,11 @@ pub enum Format {
     ParquetNoIndex,
     /// Raw MDS shards (MosaicML Streaming), shard-local order: a GET per 4 MiB chunk.
     Mds,
+    /// The `files` row's images packed by `loader pack --resize 256` (shorter side 256
+    /// px, JPEG quality 90) into WebDataset shards of 4 MiB, shard-local order.
+    #[value(name = "packed-256")]
+    #[serde(rename = "packed-256")]
+    Packed256,
 }
 
 impl Format {
@@ -39,6 +44,7 @@ impl Format {
             Format::ParquetLocal | Format::ParquetGlobal => "parquet",
             Format::ParquetNoIndex => "parquet-noindex",
             Format::Mds => "mds",
+            Format::Packed256 => "packed-256",
         }
     }
 

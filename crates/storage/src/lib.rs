@@ -68,6 +68,7 @@ mod mount;
 mod open_files;
 mod redact;
 mod url;
+pub mod write;
 
 pub use error::{Error, ErrorKind, Result};
 pub use get::{GetOptions, GetResult, Observer, Served};
@@ -75,7 +76,7 @@ pub use key::{MAX_KEY_LEN, check_key, check_prefix, key_problem};
 pub use mount::MountStore;
 pub use open_files::{open_files_limit, raise_open_files_limit};
 pub use redact::{redact, redact_urls};
-pub use url::from_url;
+pub use url::{from_url, put_to_url};
 
 /// The default limit of one read (a whole object or one range): 1 GiB. A larger object is
 /// refused with an error naming its key and size before anything is allocated, so a sparse

@@ -14,6 +14,7 @@ use crate::backend::aws_chain::{AwsChain, profile_region};
 use crate::backend::object_store::{Flavor, map_error};
 use crate::backend::{LocalStore, ObjectStoreAdapter};
 use crate::redact::redact;
+use crate::write::{DynPut, LocalPut, ObjectStorePut};
 use crate::{DEFAULT_MAX_READ_BYTES, DynStorage, Error, ErrorKind, Result};
 
 /// How long object_store may take to connect, and to finish a whole request. Generous,
@@ -119,6 +120,71 @@ where
                 "unknown scheme {other:?}; use s3://, http(s)://, file://, memory:// \
                  (gs:// and az:// need the crate features `gcp` / `azure`)"
             ),
+        )),
+    }
+}
+
+/// Open a URL for writing whole objects: a local path or `file://` URL (created if
+/// missing), `s3://bucket/prefix`, `memory://`, and `gs://` and `az://` with their
+/// features, with the options and credentials [`from_url`] takes. HTTP stores are
+/// read-only, and refused.
+pub fn put_to_url<K, V>(url: &str, options: impl IntoIterator<Item = (K, V)>) -> Result<DynPut>
+where
+    K: AsRef<str>,
+    V: Into<String>,
+{
+    let options: Vec<(String, String)> = options
+        .into_iter()
+        .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
+        .filter(|(k, _)| k != "max_read_bytes")
+        .collect();
+    let local = |path: &str| -> Result<DynPut> {
+        no_options(&redact(url), &options)?;
+        Ok(Arc::new(LocalPut::new(path)?))
+    };
+    let parsed = match Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(url::ParseError::RelativeUrlWithoutBase) => return local(url),
+        Err(e) => {
+            return Err(
+                Error::new(ErrorKind::Config, redact(url), "", "not a valid URL").with_source(e),
+            );
+        }
+    };
+    let name = redact(url);
+    let objects = |store: ObjectStoreAdapter| -> DynPut {
+        Arc::new(ObjectStorePut::new(Arc::clone(store.inner()), name.clone()))
+    };
+    match parsed.scheme() {
+        "file" => {
+            let path = parsed.to_file_path().map_err(|()| {
+                config_error(&name, "a file URL needs an absolute local path".into())
+            })?;
+            local(&path.to_string_lossy())
+        }
+        "s3" | "s3a" => s3(&name, &parsed, &options).map(objects),
+        "memory" => {
+            no_options(&name, &options)?;
+            Ok(Arc::new(ObjectStorePut::new(
+                Arc::new(InMemory::new()),
+                name.clone(),
+            )))
+        }
+        #[cfg(feature = "gcp")]
+        "gs" => cloud::gcs(&name, &parsed, &options).map(objects),
+        #[cfg(feature = "azure")]
+        "az" | "azure" | "abfs" | "abfss" => cloud::azure(&name, &parsed, &options).map(objects),
+        "http" | "https" => Err(Error::new(
+            ErrorKind::Unsupported,
+            &name,
+            "",
+            "an HTTP store is read-only: write to s3:// (or gs://, az://) or a local directory",
+        )),
+        other => Err(Error::new(
+            ErrorKind::Unsupported,
+            &name,
+            "",
+            format!("unknown scheme {other:?} to write to; use s3://, file:// or a path"),
         )),
     }
 }

@@ -197,7 +197,7 @@ impl LocalStore {
 }
 
 /// Map an I/O error to our kinds: a missing file is NotFound, a refused one PermissionDenied.
-fn io_error(backend: &str, key: &str, err: std::io::Error) -> Error {
+pub(crate) fn io_error(backend: &str, key: &str, err: std::io::Error) -> Error {
     use std::io::ErrorKind as Io;
     let kind = match err.kind() {
         Io::NotFound | Io::NotADirectory | Io::IsADirectory => ErrorKind::NotFound,

@@ -1,0 +1,439 @@
+//! `loader pack SRC DST`: write any dataset the loader reads (an ImageFolder, a manifest,
+//! WebDataset shards, Parquet files, MDS or LitData chunks) as WebDataset shards with their
+//! sidecar indexes, optionally re-encoded with the shorter side at most N px, into a local
+//! directory or a store (S3, ...).
+//!
+//! Samples are read by the loader itself, in index order, the re-encode on its CPU pool
+//! (`reencode`); this thread only appends to the shard being written. A shard is written
+//! under a `.partial` name and published when whole (`destination`), then `pack.json`
+//! records it: a pack stopped at any point and run again goes on after the last recorded
+//! shard, and writes the same shards a run without the stop would have (the same samples,
+//! names and bytes), so no sample is lost or written twice.
+
+mod destination;
+mod reencode;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use destination::{Destination, is_remote};
+use reencode::reencode;
+
+use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressStyle};
+use loader_core::decoder::Pipeline;
+use loader_core::storage::redact;
+use loader_core::{
+    DataLoader, ErrorPolicy, Label, LoaderState, Manifest, RawBatch, SampleInfo, from_url,
+    store_url,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+use crate::options::{parse_size, parse_store_options};
+use crate::progress::open_dataset;
+
+/// The file that records a pack's settings and finished shards.
+pub const PACK_FILE: &str = "pack.json";
+const PACK_FORMAT: &str = "loader-pack/1";
+/// Samples handed from the loader at a time.
+const BATCH: usize = 64;
+
+/// Write a dataset as WebDataset shards with sidecar indexes, optionally resized.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The dataset: any URL `loader run` reads (an ImageFolder, `.tar` shards, `.parquet`
+    /// files, an MDS or LitData `index.json`).
+    src: String,
+    /// Where the shards, their sidecars and pack.json go: a local directory, or a store's
+    /// URL (`s3://bucket/prefix`; large shards uploaded in parts, each shard whole or not
+    /// at all).
+    dst: String,
+    /// Start a new shard once one holds this much, e.g. 256MiB or 1GB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256MiB")]
+    shard_size: u64,
+    /// Re-encode images as JPEG with the shorter side at most this many pixels
+    /// (antialiased bilinear, as torchvision's Resize); smaller images are kept as they are.
+    #[arg(long, value_name = "PX")]
+    resize: Option<u32>,
+    /// The JPEG quality of re-encoded images.
+    #[arg(long, value_name = "Q", default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
+    quality: u8,
+    /// A manifest of the samples under SRC (a key), as `loader run` takes it.
+    #[arg(long, value_name = "KEY")]
+    manifest: Option<String>,
+    /// Parquet, MDS and LitData: the column of the images.
+    #[arg(long, value_name = "NAME")]
+    image_column: Option<String>,
+    /// Parquet, MDS and LitData: the column of the labels ("" for none).
+    #[arg(long, value_name = "NAME")]
+    label_column: Option<String>,
+    /// Leave out up to N samples that cannot be read or decoded, each recorded in
+    /// pack.json with its error; by default the first stops the pack.
+    #[arg(long, value_name = "N")]
+    skip_errors: Option<usize>,
+    /// Store option as key=value (e.g. aws_endpoint=http://127.0.0.1:9000), for SRC's and
+    /// DST's stores when they are not local; repeatable.
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
+    /// Stop after writing this many shards in this run, as an interrupted pack would (for
+    /// tests of resuming).
+    #[arg(long, hide = true)]
+    stop_after_shards: Option<usize>,
+}
+
+#[cfg(feature = "tools")]
+impl Args {
+    /// A pack of the local dataset `src` into `dst`, the shorter side at most `px` at the
+    /// default quality, in shards of `shard_size` bytes (the benchmark's packed row).
+    pub fn resized(src: &Path, dst: &Path, px: u32, shard_size: u64) -> Self {
+        Self {
+            src: src.to_string_lossy().into_owned(),
+            dst: dst.to_string_lossy().into_owned(),
+            shard_size,
+            resize: Some(px),
+            quality: 90,
+            manifest: None,
+            image_column: None,
+            label_column: None,
+            skip_errors: None,
+            options: Vec::new(),
+            stop_after_shards: None,
+        }
+    }
+}
+
+/// What a pack is of: a rerun with other settings is refused rather than mixed in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Settings {
+    /// The source's URL, its credentials redacted.
+    source: String,
+    samples: u64,
+    shard_size: u64,
+    resize: Option<u32>,
+    /// Of re-encoded images; `None` when nothing is re-encoded.
+    quality: Option<u8>,
+    classes: Vec<String>,
+}
+
+/// `pack.json`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Packed {
+    format: String,
+    settings: Settings,
+    /// The shards written, in order.
+    shards: Vec<ShardDone>,
+    /// Samples left out under `--skip-errors`.
+    skipped: Vec<Skipped>,
+    complete: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ShardDone {
+    name: String,
+    /// The source indices it covers, `first..end` (samples skipped among them are not in it).
+    first: u64,
+    end: u64,
+    samples: u64,
+    bytes: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Skipped {
+    index: u64,
+    key: String,
+    error: String,
+}
+
+/// One sample as written: its index, its image's bytes and extension, its class.
+struct Packable {
+    index: u64,
+    image: Bytes,
+    extension: &'static str,
+    class: Option<i64>,
+}
+
+pub fn main(args: Args) -> Result {
+    let options = parse_store_options(&args.options)?;
+    // Options are for stores; a local directory takes none.
+    let options_for = |url: &str| {
+        if is_remote(url) {
+            options.clone()
+        } else {
+            Vec::new()
+        }
+    };
+    let root = store_url(&args.src)?;
+    let store = from_url(&root, options_for(&root))?;
+    let manifest = args.manifest.as_deref().map(|key| Manifest {
+        key,
+        labels: Default::default(),
+        classes: None,
+    });
+    let columns = (args.image_column.as_deref(), args.label_column.as_deref());
+    let dataset = open_dataset(&args.src, &store, manifest, columns, true)?;
+    let settings = Settings {
+        source: redact(&args.src),
+        samples: dataset.len() as u64,
+        shard_size: args.shard_size,
+        resize: args.resize,
+        quality: args.resize.map(|_| args.quality),
+        classes: dataset.classes().to_vec(),
+    };
+    let dst = Destination::open(&args.dst, &options_for(&args.dst))?;
+    let mut packed = resume_or_start(&dst, settings)?;
+    if packed.complete {
+        eprintln!(
+            "{} is a complete pack of {} samples in {} shards: nothing to do",
+            dst.name(),
+            packed.settings.samples,
+            packed.shards.len()
+        );
+        return Ok(());
+    }
+    if !packed.settings.classes.is_empty() {
+        let mut text = packed.settings.classes.join("\n");
+        text.push('\n');
+        dst.write("classes.txt", text.into_bytes())?;
+    }
+    let next = packed.shards.last().map_or(0, |s| s.end);
+    let pipeline = match args.resize {
+        Some(px) => Some(
+            Pipeline::builder()
+                .resize(px as usize)
+                .to_u8()
+                .build()
+                .map_err(|e| format!("--resize {px}: {e}"))?,
+        ),
+        None => None,
+    };
+    let (resize, quality) = (args.resize, args.quality);
+    let mut builder = DataLoader::builder(store, dataset)
+        .map(
+            move |bytes: Bytes, info: &SampleInfo| {
+                let (image, extension) = reencode(bytes, resize, pipeline.as_ref(), quality)?;
+                let class = match &info.label {
+                    Label::None => None,
+                    Label::Class(c) => Some(*c),
+                    other => {
+                        return Err(format!(
+                            "its label is {other:?}: packs hold one class per sample (.cls)"
+                        )
+                        .into());
+                    }
+                };
+                Ok(Packable {
+                    index: info.index,
+                    image,
+                    extension,
+                    class,
+                })
+            },
+            |raw: RawBatch<Packable>| Ok(raw),
+        )
+        .batch_size(BATCH)
+        .epochs(1);
+    if let Some(n) = args.skip_errors {
+        builder = builder.error_policy(ErrorPolicy::Skip { max_failures: n });
+    }
+    let mut loader = builder.build()?;
+    loader.resume(LoaderState::at(0, next))?;
+
+    let total = packed.settings.samples;
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "packing {bar:30} {pos}/{len} samples, {per_sec}, {msg} eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_position(next);
+    let mut shard: Option<ShardWriter> = None;
+    let mut written_now = 0usize;
+    for batch in &mut loader {
+        let raw = batch?;
+        for failed in &raw.skipped {
+            let index = failed.info.index;
+            if !packed.skipped.iter().any(|s| s.index == index) {
+                packed.skipped.push(Skipped {
+                    index,
+                    key: failed.info.key.to_string(),
+                    error: failed.to_string(),
+                });
+            }
+        }
+        for (info, sample) in raw.samples {
+            let writer = match &mut shard {
+                Some(w) => w,
+                None => shard.insert(ShardWriter::create(
+                    dst.staging(),
+                    packed.shards.len(),
+                    info.index,
+                )?),
+            };
+            writer.append(&sample)?;
+            if writer.bytes >= args.shard_size {
+                if let Some(done) = shard.take() {
+                    packed.shards.push(done.finish(&dst, info.index + 1)?);
+                    record(&dst, &packed)?;
+                    written_now += 1;
+                }
+                if args.stop_after_shards.is_some_and(|n| written_now >= n) {
+                    bar.abandon_with_message("stopped");
+                    return Err(format!(
+                        "stopped after {written_now} shards, as asked: run again to go on"
+                    )
+                    .into());
+                }
+            }
+        }
+        bar.set_position(raw.position + raw.covers);
+        bar.set_message(format!("{} shards", packed.shards.len()));
+    }
+    if let Some(last) = shard.take() {
+        packed.shards.push(last.finish(&dst, total)?);
+    }
+    packed.complete = true;
+    record(&dst, &packed)?;
+    bar.finish_and_clear();
+    let samples: u64 = packed.shards.iter().map(|s| s.samples).sum();
+    let bytes: u64 = packed.shards.iter().map(|s| s.bytes).sum();
+    eprintln!(
+        "packed {samples} samples ({}) into {} shards in {}{}",
+        bytesize::ByteSize(bytes),
+        packed.shards.len(),
+        dst.name(),
+        if packed.skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; {} left out, listed in {PACK_FILE}", packed.skipped.len())
+        }
+    );
+    Ok(())
+}
+
+/// The pack recorded in `dst`, when its settings are these; else a new one. Leftovers of
+/// a stopped run (a `.partial` shard) are removed.
+fn resume_or_start(dst: &Destination, settings: Settings) -> Result<Packed> {
+    let packed = match dst.read(PACK_FILE)? {
+        Some(bytes) => {
+            let packed: Packed = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{PACK_FILE} in {} is not a pack record: {e}", dst.name()))?;
+            if packed.format != PACK_FORMAT {
+                return Err(format!(
+                    "{PACK_FILE} in {} is a pack record of format {:?}; this loader writes \
+                     {PACK_FORMAT:?}",
+                    dst.name(),
+                    packed.format
+                )
+                .into());
+            }
+            if packed.settings != settings {
+                return Err(format!(
+                    "{} holds a pack of other settings ({:?}; now {:?}): pack into another \
+                     directory, or remove this one to start over",
+                    dst.name(),
+                    packed.settings,
+                    settings
+                )
+                .into());
+            }
+            if !packed.complete && !packed.shards.is_empty() {
+                eprintln!(
+                    "going on with the pack in {}: {} shards of {} samples were written",
+                    dst.name(),
+                    packed.shards.len(),
+                    packed.shards.last().map_or(0, |s| s.end)
+                );
+            }
+            packed
+        }
+        None => Packed {
+            format: PACK_FORMAT.into(),
+            settings,
+            shards: Vec::new(),
+            skipped: Vec::new(),
+            complete: false,
+        },
+    };
+    dst.clean()?;
+    Ok(packed)
+}
+
+/// Write `pack.json` whole or not at all.
+fn record(dst: &Destination, packed: &Packed) -> Result {
+    let mut text = serde_json::to_vec_pretty(packed)?;
+    text.push(b'\n');
+    dst.write(PACK_FILE, text)
+}
+
+/// The shard being written, under its `.partial` name.
+struct ShardWriter {
+    name: String,
+    partial: PathBuf,
+    tar: tar::Builder<BufWriter<File>>,
+    first: u64,
+    samples: u64,
+    bytes: u64,
+}
+
+impl ShardWriter {
+    fn create(staging: &Path, number: usize, first: u64) -> Result<Self> {
+        let name = format!("shard-{number:06}.tar");
+        let partial = staging.join(format!("{name}.partial"));
+        let file = File::create(&partial)
+            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+        Ok(Self {
+            name,
+            partial,
+            tar: tar::Builder::new(BufWriter::new(file)),
+            first,
+            samples: 0,
+            bytes: 0,
+        })
+    }
+
+    /// A sample's members, named by its source index so every run names it the same.
+    fn append(&mut self, sample: &Packable) -> Result {
+        let key = format!("{:09}", sample.index);
+        self.member(&format!("{key}.{}", sample.extension), &sample.image)?;
+        if let Some(class) = sample.class {
+            self.member(&format!("{key}.cls"), class.to_string().as_bytes())?;
+        }
+        self.samples += 1;
+        Ok(())
+    }
+
+    fn member(&mut self, name: &str, data: &[u8]) -> Result {
+        let mut header = tar::Header::new_ustar();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        // No time: a rerun writes the same bytes.
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        self.tar.append_data(&mut header, name, data)?;
+        // A header and the data padded to blocks of 512.
+        self.bytes += 512 + (data.len() as u64).div_ceil(512) * 512;
+        Ok(())
+    }
+
+    /// The shard closed, synced and published with its index; `end` is the source index
+    /// after its last.
+    fn finish(self, dst: &Destination, end: u64) -> Result<ShardDone> {
+        let mut out = self.tar.into_inner()?;
+        out.flush()?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        let bytes = file.metadata()?.len();
+        drop(file);
+        dst.publish(&self.partial, &self.name)?;
+        Ok(ShardDone {
+            name: self.name,
+            first: self.first,
+            end,
+            samples: self.samples,
+            bytes,
+        })
+    }
+}

@@ -1,0 +1,390 @@
+#![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
+
+//! `loader pack`, run as a user would: an ImageFolder packed resized and read back (every
+//! sample once, labels equal, pixels within the re-encode's error; the shards listed by
+//! GNU tar), a pack stopped and run again giving the bytes an uninterrupted pack gives,
+//! images kept as they are, LitData chunks packed with their labels, and a pack into the
+//! test kit's S3 server (s3s-fs) in parts, stopped, resumed and read back over S3.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use loader_core::decoder::{DecodeOptions, Pipeline, SampleData, SampleKey, decode};
+use loader_core::{Dataset, DynStorage, Formats, Storage, from_url};
+
+fn loader() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loader"))
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    let out = loader().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "loader {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// An item's bytes, read from the local directory its store is.
+fn bytes_of(dir: &Path, item: &loader_core::Item) -> Vec<u8> {
+    let file = std::fs::read(dir.join(&*item.key)).unwrap();
+    match &item.range {
+        Some(r) => file[r.start as usize..r.end as usize].to_vec(),
+        None => file,
+    }
+}
+
+fn store(dir: &Path) -> DynStorage {
+    from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
+}
+
+fn open(dir: &Path) -> Dataset {
+    Dataset::open_blocking(
+        &dir.to_string_lossy(),
+        &store(dir),
+        None,
+        &Formats::default(),
+    )
+    .unwrap()
+}
+
+/// Every file of `dir` (not pack.json's own timestamps: it has none) by name.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A packed dataset's samples: source index (from the member's name) → (image, label).
+fn packed_samples(dir: &Path) -> BTreeMap<u64, (Vec<u8>, i64)> {
+    let dataset = open(dir);
+    let mut out = BTreeMap::new();
+    for item in dataset.items() {
+        let name = item.name.as_deref().unwrap();
+        let index: u64 = name.parse().unwrap();
+        let bytes = bytes_of(dir, item);
+        let label = item.label.class().unwrap();
+        assert!(
+            out.insert(index, (bytes, label)).is_none(),
+            "sample {index} twice"
+        );
+    }
+    out
+}
+
+#[test]
+fn an_image_folder_packed_resized_reads_back_every_sample_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, dst) = (dir.path().join("src"), dir.path().join("packed"));
+    run(&[
+        "gen",
+        &src.to_string_lossy(),
+        "--images",
+        "40",
+        "--classes",
+        "4",
+    ]);
+    run(&[
+        "pack",
+        &src.to_string_lossy(),
+        &dst.to_string_lossy(),
+        "--resize",
+        "64",
+        "--quality",
+        "90",
+        "--shard-size",
+        "40KiB",
+    ]);
+    let source = open(&src);
+    let packed = packed_samples(&dst);
+    assert_eq!(packed.len(), source.len(), "every sample once");
+    let shards: Vec<String> = files(&dst)
+        .into_keys()
+        .filter(|f| f.ends_with(".tar"))
+        .collect();
+    assert!(shards.len() > 2, "several shards: {shards:?}");
+    for shard in &shards {
+        // GNU tar reads what was written, a .jpg and a .cls per sample.
+        let out = Command::new("tar")
+            .arg("tf")
+            .arg(dst.join(shard))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shard}: {out:?}");
+        let names = String::from_utf8(out.stdout).unwrap();
+        let jpgs = names.lines().filter(|n| n.ends_with(".jpg")).count();
+        assert_eq!(jpgs * 2, names.lines().count(), "{shard}: {names}");
+        assert!(
+            dst.join(format!("{shard}.idx.json")).exists(),
+            "{shard}: sidecar"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(dst.join("classes.txt")).unwrap(),
+        source.classes().join("\n") + "\n"
+    );
+    let resize = Pipeline::builder().resize(64).to_u8().build().unwrap();
+    for (i, item) in source.items().iter().enumerate() {
+        let (image, label) = &packed[&(i as u64)];
+        assert_eq!(*label, item.label.class().unwrap(), "sample {i}: label");
+        let original = bytes_of(&src, item);
+        let want = resize
+            .apply(
+                &decode(&original, &DecodeOptions::default()).unwrap(),
+                SampleKey { epoch: 0, index: 0 },
+            )
+            .unwrap();
+        let got = decode(image, &DecodeOptions::default()).unwrap();
+        assert_eq!(
+            [got.height, got.width, got.channels],
+            want.shape,
+            "sample {i}: the shorter side is 64"
+        );
+        let SampleData::U8(want) = want.data else {
+            panic!("pixels")
+        };
+        let error = got
+            .data
+            .iter()
+            .zip(&want)
+            .map(|(&a, &b)| f64::from(a.abs_diff(b)))
+            .sum::<f64>()
+            / want.len() as f64;
+        // JPEG at quality 90 of the resized pixels: a few levels on average at most.
+        assert!(error < 3.0, "sample {i}: mean error {error:.2} levels");
+    }
+}
+
+#[test]
+fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    run(&[
+        "gen",
+        &src.to_string_lossy(),
+        "--images",
+        "60",
+        "--classes",
+        "3",
+        "--tiny",
+    ]);
+    let pack = |dst: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "pack".to_owned(),
+            src.to_string_lossy().into_owned(),
+            dst.to_string_lossy().into_owned(),
+            "--shard-size".into(),
+            "8KiB".into(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        loader().args(&args).output().unwrap()
+    };
+    let whole = dir.path().join("whole");
+    assert!(pack(&whole, &[]).status.success());
+    let want = files(&whole);
+    assert!(want.len() > 8, "several shards: {:?}", want.keys());
+
+    let resumed = dir.path().join("resumed");
+    let out = pack(&resumed, &["--stop-after-shards", "2"]);
+    assert!(!out.status.success(), "a stopped pack fails");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(resumed.join("pack.json")).unwrap()).unwrap();
+    assert_eq!(record["shards"].as_array().unwrap().len(), 2);
+    assert_eq!(record["complete"], false);
+    // What a kill leaves: a shard half written, and a whole shard renamed but not yet
+    // recorded.
+    std::fs::write(resumed.join("shard-000002.tar.partial"), b"half a shard").unwrap();
+    std::fs::copy(
+        whole.join("shard-000002.tar"),
+        resumed.join("shard-000002.tar"),
+    )
+    .unwrap();
+    let out = pack(&resumed, &["--stop-after-shards", "1"]);
+    assert!(!out.status.success());
+    let out = pack(&resumed, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("going on with the pack"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = files(&resumed);
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &want {
+        if name.ends_with(".idx.json") {
+            // A sidecar records its shard's version, the file's mtime: all else is equal.
+            let fields = |b: &[u8]| {
+                let mut v: serde_json::Value = serde_json::from_slice(b).unwrap();
+                v.as_object_mut().unwrap().remove("version");
+                v
+            };
+            assert_eq!(fields(&got[name]), fields(bytes), "{name}");
+        } else {
+            assert!(
+                got[name] == *bytes,
+                "{name} differs from the uninterrupted pack's"
+            );
+        }
+    }
+    assert_eq!(packed_samples(&resumed).len(), 60, "each sample once");
+
+    // Done is done; other settings into the same directory are refused, not mixed in.
+    let out = pack(&resumed, &[]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to do"));
+    let out = pack(&resumed, &["--resize", "32"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("other settings") && err.contains("another directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn images_are_kept_as_they_are_without_resize_and_litdata_labels_go_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    run(&[
+        "gen",
+        &src.to_string_lossy(),
+        "--images",
+        "12",
+        "--classes",
+        "3",
+        "--tiny",
+    ]);
+    let dst = dir.path().join("kept");
+    run(&["pack", &src.to_string_lossy(), &dst.to_string_lossy()]);
+    let source = open(&src);
+    let packed = packed_samples(&dst);
+    for (i, item) in source.items().iter().enumerate() {
+        let original = bytes_of(&src, item);
+        assert!(
+            packed[&(i as u64)].0 == original,
+            "sample {i}: the same bytes"
+        );
+    }
+
+    // LitData chunks written by litdata.optimize: labels live in the samples.
+    let lit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/litdata");
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(lit.join("expected.json")).unwrap()).unwrap();
+    let dst = dir.path().join("from-litdata");
+    run(&[
+        "pack",
+        &lit.join("raw/index.json").to_string_lossy(),
+        &dst.to_string_lossy(),
+    ]);
+    let packed = packed_samples(&dst);
+    assert_eq!(packed.len(), 30);
+    for (i, row) in expected["raw"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(
+            packed[&(i as u64)].1,
+            row["label"].as_i64().unwrap(),
+            "sample {i}"
+        );
+    }
+}
+
+#[test]
+fn a_pack_into_s3_is_uploaded_whole_resumed_and_read_back_with_its_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    // ImageNet-sized images, about 110 KB each: shards larger than an upload's 16 MiB part.
+    run(&[
+        "gen",
+        &src.to_string_lossy(),
+        "--images",
+        "240",
+        "--classes",
+        "4",
+    ]);
+    let root = dir.path().join("s3");
+    std::fs::create_dir_all(root.join("bucket")).unwrap();
+    let server = loader_testkit::S3Server::start(&root).unwrap();
+    let mut args: Vec<String> = vec![
+        "pack".into(),
+        src.to_string_lossy().into_owned(),
+        "s3://bucket/packed".into(),
+        "--shard-size".into(),
+        "20MiB".into(),
+    ];
+    for (k, v) in server.options() {
+        args.extend(["--option".into(), format!("{k}={v}")]);
+    }
+    let mut stopped = args.clone();
+    stopped.extend(["--stop-after-shards".into(), "1".into()]);
+    let out = loader().args(&stopped).output().unwrap();
+    assert!(!out.status.success(), "a stopped pack fails");
+    let out = loader().args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("going on with the pack"));
+
+    let packed = root.join("bucket/packed");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(packed.join("pack.json")).unwrap()).unwrap();
+    assert_eq!(record["complete"], true);
+    let shards = record["shards"].as_array().unwrap();
+    assert!(shards.len() >= 2, "{record}");
+    assert!(
+        shards[0]["bytes"].as_u64().unwrap() > 16 << 20,
+        "the first shard went up in parts"
+    );
+
+    // Read back over S3: every sample once, the bytes as they were, each sidecar of the
+    // version the store gives its shard (so readers take it rather than scan the shard).
+    let store = from_url("s3://bucket/packed", server.options()).unwrap();
+    let dataset =
+        Dataset::open_blocking("s3://bucket/packed", &store, None, &Formats::default()).unwrap();
+    let source = open(&src);
+    assert_eq!(dataset.len(), source.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for item in dataset.items() {
+        let index: usize = item.name.as_deref().unwrap().parse().unwrap();
+        assert!(seen.insert(index), "sample {index} twice");
+        assert!(
+            bytes_of(&packed, item) == bytes_of(&src, &source.items()[index]),
+            "sample {index}"
+        );
+        assert_eq!(item.label, source.items()[index].label);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for shard in shards {
+        let name = shard["name"].as_str().unwrap();
+        let sidecar: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(packed.join(format!("{name}.idx.json"))).unwrap(),
+        )
+        .unwrap();
+        let meta = runtime.block_on(store.head(name)).unwrap();
+        assert_eq!(
+            sidecar["version"].as_str(),
+            meta.version.as_deref(),
+            "{name}"
+        );
+        assert_eq!(sidecar["size"].as_u64(), Some(meta.size), "{name}");
+    }
+}
