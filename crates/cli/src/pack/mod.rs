@@ -181,6 +181,13 @@ pub fn main(args: Args) -> Result {
         quality: args.resize.map(|_| args.quality),
         classes: dataset.classes().to_vec(),
     };
+    if !dataset.has_labels() {
+        eprintln!(
+            "{} has no labels: the shards hold images alone, without .cls members (read them \
+             with fields, e.g. fields=[\"jpg\"] in Python)",
+            redact(&args.src)
+        );
+    }
     let dst = Destination::open(&args.dst, &options_for(&args.dst))?;
     let mut packed = resume_or_start(&dst, settings)?;
     if packed.complete {
