@@ -36,6 +36,18 @@ fn bytes_of(dir: &Path, item: &loader_core::Item) -> Vec<u8> {
     }
 }
 
+/// `loader pack SRC DST --shard-size 8KiB EXTRA...`, whatever its exit.
+fn pack_small(src: &Path, dst: &Path, extra: &[&str]) -> std::process::Output {
+    loader()
+        .arg("pack")
+        .arg(src)
+        .arg(dst)
+        .args(["--shard-size", "8KiB"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 fn store(dir: &Path) -> DynStorage {
     from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
 }
@@ -132,6 +144,21 @@ fn an_image_folder_packed_resized_reads_back_every_sample_once() {
         std::fs::read_to_string(dst.join("classes.txt")).unwrap(),
         source.classes().join("\n") + "\n"
     );
+    // Read back, the shards carry the class names too.
+    assert_eq!(open(&dst).classes(), source.classes());
+    #[cfg(unix)]
+    for name in ["pack.json", "classes.txt", "shard-000000.tar.idx.json"] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dst.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o044,
+            0o044,
+            "{name}: readable by others, as a shard is"
+        );
+    }
     let resize = Pipeline::builder().resize(64).to_u8().build().unwrap();
     for (i, item) in source.items().iter().enumerate() {
         let (image, label) = &packed[&(i as u64)];
@@ -177,17 +204,7 @@ fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
         "3",
         "--tiny",
     ]);
-    let pack = |dst: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "pack".to_owned(),
-            src.to_string_lossy().into_owned(),
-            dst.to_string_lossy().into_owned(),
-            "--shard-size".into(),
-            "8KiB".into(),
-        ];
-        args.extend(extra.iter().map(|s| (*s).to_owned()));
-        loader().args(&args).output().unwrap()
-    };
+    let pack = |dst: &Path, extra: &[&str]| pack_small(&src, dst, extra);
     let whole = dir.path().join("whole");
     assert!(pack(&whole, &[]).status.success());
     let want = files(&whole);
@@ -210,7 +227,18 @@ fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
     .unwrap();
     let out = pack(&resumed, &["--stop-after-shards", "1"]);
     assert!(!out.status.success());
-    let out = pack(&resumed, &[]);
+    // The source written another way is the same source.
+    let respelled = format!("{}/./", src.display());
+    let out = loader()
+        .args([
+            "pack",
+            &respelled,
+            &resumed.to_string_lossy(),
+            "--shard-size",
+            "8KiB",
+        ])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -252,9 +280,25 @@ fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("other settings") && err.contains("another directory"),
+        err.contains("other settings") && err.contains("resize: None → Some(32)"),
         "{err}"
     );
+    // Into the dataset it packs, or a quality with nothing to re-encode: refused.
+    for into in [src.join("packed"), src.clone()] {
+        let out = loader().arg("pack").arg(&src).arg(&into).output().unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("inside the dataset"), "{err}");
+    }
+    let out = loader()
+        .arg("pack")
+        .arg(&src)
+        .arg(dir.path().join("q"))
+        .args(["--quality", "50"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--resize"));
 }
 
 #[test]
@@ -387,4 +431,64 @@ fn a_pack_into_s3_is_uploaded_whole_resumed_and_read_back_with_its_sidecars() {
         );
         assert_eq!(sidecar["size"].as_u64(), Some(meta.size), "{name}");
     }
+}
+
+#[test]
+fn samples_left_out_count_against_one_budget_across_runs_and_are_listed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    run(&[
+        "gen",
+        &src.to_string_lossy(),
+        "--images",
+        "60",
+        "--classes",
+        "3",
+        "--tiny",
+    ]);
+    let source = open(&src);
+    // Three images of the source that no decoder reads, spread over the pack.
+    for i in [5usize, 25, 50] {
+        std::fs::write(src.join(&*source.items()[i].key), b"not an image").unwrap();
+    }
+    let pack = |dst: &Path, extra: &[&str]| pack_small(&src, dst, extra);
+    let out = pack(&dir.path().join("strict"), &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&*source.items()[5].key),
+        "the sample is named: {err}"
+    );
+
+    // Two allowed, three bad: refused whether the pack runs once or is stopped and resumed.
+    let out = pack(&dir.path().join("two"), &["--skip-errors", "2"]);
+    assert!(!out.status.success());
+    let resumed = dir.path().join("two-resumed");
+    let stop = ["--skip-errors", "2", "--stop-after-shards", "3"];
+    assert!(!pack(&resumed, &stop).status.success());
+    let out = pack(&resumed, &["--skip-errors", "2"]);
+    assert!(!out.status.success(), "the budget is the whole pack's");
+
+    let three = dir.path().join("three");
+    assert!(
+        !pack(&three, &["--skip-errors", "3", "--stop-after-shards", "3"])
+            .status
+            .success()
+    );
+    let out = pack(&three, &["--skip-errors", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(three.join("pack.json")).unwrap()).unwrap();
+    let left_out: Vec<u64> = record["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(left_out, [5, 25, 50]);
+    assert_eq!(packed_samples(&three).len(), 57);
 }

@@ -212,6 +212,24 @@ fn what_is_not_read_is_refused_with_what_to_do() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("label leaf \"caption\""), "{err}");
+    // WebDataset's fields name shards' members, not leaves: refused, not ignored.
+    let url = fixtures()
+        .join("raw/index.json")
+        .to_string_lossy()
+        .into_owned();
+    let formats = Formats::from(loader_core::webdataset::WebDataset::new().fields(["image"]));
+    let store = from_url(
+        &loader_core::store_url(&url).unwrap(),
+        Vec::<(String, String)>::new(),
+    )
+    .unwrap();
+    let err = Dataset::open_blocking(&url, &store, None, &formats)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fields") && err.contains("image_column"),
+        "{err}"
+    );
 }
 
 /// What reading every sample of a damaged dataset gave: samples loaded, and the errors of

@@ -42,6 +42,20 @@ pub trait Put: Send + Sync + fmt::Debug {
 /// A [`Put`] shared by tasks.
 pub type DynPut = Arc<dyn Put>;
 
+/// A temporary file in `dir`, to be renamed into place: readable by all as a file written
+/// in place would be (`0644` less the umask), where a bare temporary file is the owner's
+/// alone, so other users (another rank's account, a reader's) could not read what it
+/// becomes.
+pub fn temp_file_in(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    builder.tempfile_in(dir)
+}
+
 /// Objects as files under a local directory, each written beside its place and renamed
 /// there, so a reader never sees half of one.
 #[derive(Debug)]
@@ -87,7 +101,7 @@ impl LocalPut {
         tokio::task::spawn_blocking(move || {
             let dir = target.parent().unwrap_or(Path::new("."));
             std::fs::create_dir_all(dir)?;
-            let tmp = tempfile::NamedTempFile::new_in(dir)?;
+            let tmp = temp_file_in(dir)?;
             fill(tmp.path())?;
             tmp.as_file().sync_all()?;
             tmp.persist(&target).map_err(|e| e.error)?;

@@ -3,7 +3,6 @@
 //! server (s3s-fs) in one PUT and in parts; what cannot be written is refused, named.
 
 use bytes::Bytes;
-use loader_storage::write::Put;
 use loader_storage::{ErrorKind, Storage, from_url, put_to_url};
 use loader_testkit::S3Server;
 

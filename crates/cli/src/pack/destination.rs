@@ -1,5 +1,6 @@
 //! Where a pack goes: a local directory, written in place, or any store [`Put`] writes to
-//! (S3, GCS, Azure), each shard staged on local disk and uploaded whole once it is. Either
+//! (S3; GCS and Azure in builds with the storage crate's features), each shard staged on
+//! local disk and uploaded whole once it is. Either
 //! way a shard is published before its sidecar index, and both before `pack.json` names
 //! them, so what the record names is always there.
 
@@ -42,6 +43,9 @@ impl Destination {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        if dst.starts_with("memory://") {
+            return Err("memory:// keeps nothing after the pack: give a directory or s3://".into());
+        }
         let kind = if is_remote(dst) {
             Kind::Remote {
                 url: loader_core::storage::redact(dst),
@@ -99,13 +103,19 @@ impl Destination {
         Ok(())
     }
 
-    /// Removes what a stopped run left: a local shard half written.
+    /// Removes what a stopped run left: a local shard half written, a record or sidecar
+    /// cut off before its rename (`.tmpXXXXXX`).
     pub fn clean(&self) -> Result {
         if let Kind::Local { dir } = &self.kind {
             for entry in std::fs::read_dir(dir)? {
-                let path = entry?.path();
-                if path.extension().is_some_and(|e| e == "partial") {
-                    std::fs::remove_file(&path)?;
+                let entry = entry?;
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                let shard = name.starts_with("shard-") && name.ends_with(".tar.partial");
+                // A temporary file's name: `.tmp` and six random characters.
+                let temporary = name.starts_with(".tmp") && name.len() == 10;
+                if shard || temporary {
+                    std::fs::remove_file(entry.path())?;
                 }
             }
         }

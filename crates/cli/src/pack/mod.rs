@@ -55,11 +55,11 @@ pub struct Args {
     shard_size: u64,
     /// Re-encode images as JPEG with the shorter side at most this many pixels
     /// (antialiased bilinear, as torchvision's Resize); smaller images are kept as they are.
-    #[arg(long, value_name = "PX")]
+    #[arg(long, value_name = "PX", value_parser = clap::value_parser!(u32).range(1..))]
     resize: Option<u32>,
-    /// The JPEG quality of re-encoded images.
-    #[arg(long, value_name = "Q", default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
-    quality: u8,
+    /// The JPEG quality of re-encoded images (with --resize; default 90).
+    #[arg(long, value_name = "Q", requires = "resize", value_parser = clap::value_parser!(u8).range(1..=100))]
+    quality: Option<u8>,
     /// A manifest of the samples under SRC (a key), as `loader run` takes it.
     #[arg(long, value_name = "KEY")]
     manifest: Option<String>,
@@ -93,7 +93,7 @@ impl Args {
             dst: dst.to_string_lossy().into_owned(),
             shard_size,
             resize: Some(px),
-            quality: 90,
+            quality: None,
             manifest: None,
             image_column: None,
             label_column: None,
@@ -114,7 +114,100 @@ struct Settings {
     resize: Option<u32>,
     /// Of re-encoded images; `None` when nothing is re-encoded.
     quality: Option<u8>,
+    /// How the source was read: its manifest and columns, as given.
+    manifest: Option<String>,
+    image_column: Option<String>,
+    label_column: Option<String>,
     classes: Vec<String>,
+}
+
+impl Settings {
+    /// What differs from `now`, as `name: was → now`.
+    fn differences(&self, now: &Settings) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut differ = |name: &str, was: String, is: String| {
+            if was != is {
+                out.push(format!("{name}: {was} → {is}"));
+            }
+        };
+        differ("source", self.source.clone(), now.source.clone());
+        differ("samples", self.samples.to_string(), now.samples.to_string());
+        differ(
+            "shard size",
+            self.shard_size.to_string(),
+            now.shard_size.to_string(),
+        );
+        differ(
+            "resize",
+            format!("{:?}", self.resize),
+            format!("{:?}", now.resize),
+        );
+        differ(
+            "quality",
+            format!("{:?}", self.quality),
+            format!("{:?}", now.quality),
+        );
+        differ(
+            "manifest",
+            format!("{:?}", self.manifest),
+            format!("{:?}", now.manifest),
+        );
+        differ(
+            "image column",
+            format!("{:?}", self.image_column),
+            format!("{:?}", now.image_column),
+        );
+        differ(
+            "label column",
+            format!("{:?}", self.label_column),
+            format!("{:?}", now.label_column),
+        );
+        differ(
+            "classes",
+            format!("{} classes", self.classes.len()),
+            format!("{} classes", now.classes.len()),
+        );
+        if out.is_empty() && self.classes != now.classes {
+            out.push("class names".into());
+        }
+        out
+    }
+}
+
+/// `n shards`, or `1 shard`.
+fn shards(n: usize) -> String {
+    if n == 1 {
+        "1 shard".into()
+    } else {
+        format!("{n} shards")
+    }
+}
+
+/// Where a URL or path points, to compare two: a local path made absolute (as far as it
+/// exists), a store's URL as given.
+fn place(url: &str) -> String {
+    if is_remote(url) {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let path = Path::new(url.strip_prefix("file://").unwrap_or(url));
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    // The deepest part that exists, resolved (symlinks, `..`), and the rest as written.
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => break,
+        }
+    }
+    let mut out = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    out.extend(rest.iter().rev());
+    out.to_string_lossy().trim_end_matches('/').to_owned()
 }
 
 /// `pack.json`.
@@ -164,7 +257,22 @@ pub fn main(args: Args) -> Result {
             Vec::new()
         }
     };
+    if args.shard_size == 0 {
+        return Err("--shard-size must be more than 0 bytes, e.g. 256MiB".into());
+    }
     let root = store_url(&args.src)?;
+    let source = place(&root);
+    if let Some(inside) = place(&args.dst).strip_prefix(source.trim_end_matches('/'))
+        && (inside.is_empty() || inside.starts_with('/'))
+    {
+        // Shards among the source's files would be read as part of it by the next run.
+        return Err(format!(
+            "{} is inside the dataset it packs ({}): pack into a place outside it",
+            redact(&args.dst),
+            redact(&root)
+        )
+        .into());
+    }
     let store = from_url(&root, options_for(&root))?;
     let manifest = args.manifest.as_deref().map(|key| Manifest {
         key,
@@ -173,12 +281,20 @@ pub fn main(args: Args) -> Result {
     });
     let columns = (args.image_column.as_deref(), args.label_column.as_deref());
     let dataset = open_dataset(&args.src, &store, manifest, columns, true)?;
+    let quality = args.resize.map(|_| args.quality.unwrap_or(90));
     let settings = Settings {
-        source: redact(&args.src),
+        // However its path is written, the same source resumes the same pack.
+        source: redact(&match args.src.strip_prefix(&root) {
+            Some(rest) => format!("{source}{rest}"),
+            None => args.src.clone(),
+        }),
         samples: dataset.len() as u64,
         shard_size: args.shard_size,
         resize: args.resize,
-        quality: args.resize.map(|_| args.quality),
+        quality,
+        manifest: args.manifest.clone(),
+        image_column: args.image_column.clone(),
+        label_column: args.label_column.clone(),
         classes: dataset.classes().to_vec(),
     };
     if !dataset.has_labels() {
@@ -192,10 +308,10 @@ pub fn main(args: Args) -> Result {
     let mut packed = resume_or_start(&dst, settings)?;
     if packed.complete {
         eprintln!(
-            "{} is a complete pack of {} samples in {} shards: nothing to do",
+            "{} is a complete pack of {} samples in {}: nothing to do",
             dst.name(),
             packed.settings.samples,
-            packed.shards.len()
+            shards(packed.shards.len())
         );
         return Ok(());
     }
@@ -215,7 +331,7 @@ pub fn main(args: Args) -> Result {
         ),
         None => None,
     };
-    let (resize, quality) = (args.resize, args.quality);
+    let (resize, quality) = (args.resize, quality.unwrap_or(90));
     let mut builder = DataLoader::builder(store, dataset)
         .map(
             move |bytes: Bytes, info: &SampleInfo| {
@@ -241,8 +357,17 @@ pub fn main(args: Args) -> Result {
         )
         .batch_size(BATCH)
         .epochs(1);
+    // The samples left out before `next` stay so; those after it are read again.
+    packed.skipped.retain(|s| s.index < next);
     if let Some(n) = args.skip_errors {
-        builder = builder.error_policy(ErrorPolicy::Skip { max_failures: n });
+        // One budget for the whole pack, however many runs it takes.
+        let left = n.checked_sub(packed.skipped.len()).ok_or_else(|| {
+            format!(
+                "{} samples were left out already, more than --skip-errors {n}",
+                packed.skipped.len()
+            )
+        })?;
+        builder = builder.error_policy(ErrorPolicy::Skip { max_failures: left });
     }
     let mut loader = builder.build()?;
     loader.resume(LoaderState::at(0, next))?;
@@ -258,18 +383,15 @@ pub fn main(args: Args) -> Result {
     bar.set_position(next);
     let mut shard: Option<ShardWriter> = None;
     let mut written_now = 0usize;
+    // Samples left out, recorded with the shard whose span holds them.
+    let mut pending: Vec<Skipped> = Vec::new();
     for batch in &mut loader {
         let raw = batch?;
-        for failed in &raw.skipped {
-            let index = failed.info.index;
-            if !packed.skipped.iter().any(|s| s.index == index) {
-                packed.skipped.push(Skipped {
-                    index,
-                    key: failed.info.key.to_string(),
-                    error: failed.to_string(),
-                });
-            }
-        }
+        pending.extend(raw.skipped.iter().map(|failed| Skipped {
+            index: failed.info.index,
+            key: failed.info.key.to_string(),
+            error: failed.to_string(),
+        }));
         for (info, sample) in raw.samples {
             let writer = match &mut shard {
                 Some(w) => w,
@@ -282,7 +404,11 @@ pub fn main(args: Args) -> Result {
             writer.append(&sample)?;
             if writer.bytes >= args.shard_size {
                 if let Some(done) = shard.take() {
-                    packed.shards.push(done.finish(&dst, info.index + 1)?);
+                    let end = info.index + 1;
+                    packed.shards.push(done.finish(&dst, end)?);
+                    let (before, after) = pending.into_iter().partition(|s| s.index < end);
+                    packed.skipped.extend::<Vec<Skipped>>(before);
+                    pending = after;
                     record(&dst, &packed)?;
                     written_now += 1;
                 }
@@ -301,15 +427,16 @@ pub fn main(args: Args) -> Result {
     if let Some(last) = shard.take() {
         packed.shards.push(last.finish(&dst, total)?);
     }
+    packed.skipped.append(&mut pending);
     packed.complete = true;
     record(&dst, &packed)?;
     bar.finish_and_clear();
     let samples: u64 = packed.shards.iter().map(|s| s.samples).sum();
     let bytes: u64 = packed.shards.iter().map(|s| s.bytes).sum();
     eprintln!(
-        "packed {samples} samples ({}) into {} shards in {}{}",
+        "packed {samples} samples ({}) into {} in {}{}",
         bytesize::ByteSize(bytes),
-        packed.shards.len(),
+        shards(packed.shards.len()),
         dst.name(),
         if packed.skipped.is_empty() {
             String::new()
@@ -338,11 +465,10 @@ fn resume_or_start(dst: &Destination, settings: Settings) -> Result<Packed> {
             }
             if packed.settings != settings {
                 return Err(format!(
-                    "{} holds a pack of other settings ({:?}; now {:?}): pack into another \
-                     directory, or remove this one to start over",
+                    "{} holds a pack of other settings ({}): pack into another place, or \
+                     remove this one to start over",
                     dst.name(),
-                    packed.settings,
-                    settings
+                    packed.settings.differences(&settings).join("; ")
                 )
                 .into());
             }

@@ -10,6 +10,10 @@ use loader_storage::ObjectMeta;
 
 use super::error::{Result, SourceError};
 
+/// The class names, one per line in index order, beside a dataset's shards (as `loader
+/// pack` writes them).
+pub const CLASSES_FILE: &str = "classes.txt";
+
 /// One sample of a dataset: where its bytes are, and what it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Item {
@@ -167,6 +171,25 @@ impl Dataset {
     pub fn without_labels(mut self) -> Self {
         self.unlabelled = true;
         self
+    }
+
+    /// The same dataset with `classes` as its class names (a `classes.txt` beside shards
+    /// whose `.cls` are indices): refused when a sample's class is not one of them.
+    pub fn with_classes(mut self, classes: Vec<String>) -> Result<Self> {
+        if let Some(item) = self.items.iter().find(|i| {
+            matches!(i.label, Label::Class(c) if usize::try_from(c).map_or(true, |c| c >= classes.len()))
+        }) {
+            return Err(SourceError::Invalid(format!(
+                "{} lists {} classes, but sample {:?} of {:?} is of class {:?}",
+                CLASSES_FILE,
+                classes.len(),
+                item.name.as_deref().unwrap_or(""),
+                item.key,
+                item.label
+            )));
+        }
+        self.classes = classes.into();
+        Ok(self)
     }
 
     /// Whether its source gives labels (a folder's classes, a manifest's label column,

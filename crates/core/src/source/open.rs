@@ -7,7 +7,7 @@ use loader_storage::{DynStorage, Storage};
 
 use super::error::{Result, SourceError};
 use super::extensions::image_extension;
-use super::index::Dataset;
+use super::index::{CLASSES_FILE, Dataset};
 use super::litdata::{LitData, is_litdata_index};
 use super::manifest::Manifest;
 use super::mds::{INDEX, Mds, is_mds_index};
@@ -119,16 +119,29 @@ impl Dataset {
             }
             Ok(())
         };
+        // WebDataset's fields name members of shards: a table's samples have columns.
+        let fields_for = |what: &str| -> Result<()> {
+            if formats.webdataset.names_fields() {
+                return Err(SourceError::Invalid(format!(
+                    "fields name the members of WebDataset shards, but {} is {what}: choose \
+                     its image and label columns with image_column and label_column instead",
+                    loader_storage::redact(url)
+                )));
+            }
+            Ok(())
+        };
         if let Some(m) = manifest {
             columns_for("read through a manifest")?;
             return Dataset::manifest_as(&**store, m.key, m.labels, m.classes).await;
         }
         if is_mds_index(url) {
+            fields_for("an MDS or LitData dataset")?;
             return formats.index_json(store).await;
         }
         if is_shard_url(url) {
             let files = split_url(url)?.1.unwrap_or_default();
             if !files.is_empty() && files.iter().all(|f| is_parquet(f)) {
+                fields_for("Parquet files")?;
                 return formats.parquet.load(store, &files).await;
             }
             columns_for("WebDataset shards")?;
@@ -167,9 +180,11 @@ impl Dataset {
                 ));
             }
             parquet.sort();
+            fields_for("Parquet files")?;
             return formats.parquet.load_metas(store, parquet).await;
         }
         if shards.is_empty() && !images && listed.iter().any(|m| m.key == INDEX) {
+            fields_for("an MDS or LitData dataset")?;
             return formats.index_json(store).await;
         }
         if shards.is_empty() {
@@ -183,7 +198,24 @@ impl Dataset {
             Dataset::image_folder_of(listed, store.name())
         } else {
             columns_for("WebDataset shards")?;
-            formats.webdataset.load_metas(store, shards).await
+            let dataset = formats.webdataset.load_metas(store, shards).await?;
+            // The class names `loader pack` writes beside the shards it packs.
+            if listed.iter().any(|m| m.key == CLASSES_FILE)
+                && dataset.classes().is_empty()
+                && dataset.has_labels()
+            {
+                let text = RetryStore::new(&**store, RetryConfig::default())
+                    .get(CLASSES_FILE)
+                    .await?;
+                let classes = String::from_utf8_lossy(&text)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect();
+                return dataset
+                    .with_classes(classes)
+                    .map_err(|e| SourceError::List(store.name().to_owned(), e.to_string()));
+            }
+            Ok(dataset)
         }
     }
 

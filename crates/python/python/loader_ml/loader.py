@@ -843,9 +843,12 @@ class DataLoader:
         for one in datasets:
             if not one.labelled and (planned is None or any(f.label for f in planned)):
                 raise ConfigError(
-                    f"{one.backend}: the manifest gives no labels, so batches of (images, "
-                    "labels) or a label field would hold -1 for every sample; name the "
-                    "object alone, e.g. fields='jpg' or fields='npy', or add a label column")
+                    f"{one.backend}: the dataset gives no labels (its manifest has no label "
+                    "column, or no label column was found among its Parquet columns or MDS "
+                    "or LitData leaves), so batches of (images, labels) or a label field "
+                    "would hold -1 for every sample; name the labels' column "
+                    "(label_column='class'; a LitData tuple's leaves are '0', '1', ...), "
+                    "or the object alone, e.g. fields='jpg' or fields='npy'")
         #: The dataset read (the list of them, for a mixture).
         self.dataset = datasets[0] if len(datasets) == 1 else datasets
         #: The datasets read, in the order ``batch.sources`` numbers them.

@@ -26,9 +26,14 @@ use crate::source::record_files::{FileError, RecordFile};
 const FRAMED_MAGIC: &[u8; 8] = b"LDFZ01\0\0";
 const FRAMED_PREFIX: u64 = 24;
 const FRAME_ENTRY: u64 = 24;
-/// How far a zstd frame of unknown content size may grow, as a multiple of its own size:
-/// image bytes barely compress, so a real chunk is far below it and a hostile one stops.
+/// How far a zstd frame that does not declare its content size may grow: 64 times its own
+/// size or 64 MiB, whichever is more. Image bytes barely compress, so a real item is far
+/// below it and a hostile one stops.
 const INFLATION_LIMIT: u64 = 64;
+const INFLATION_FLOOR: u64 = 64 << 20;
+/// The most a whole-file compressed chunk may claim to hold per byte of its file: its
+/// items, one entry each in the index, are allocated at open on the index's word.
+const WHOLE_INFLATION_LIMIT: u64 = 1024;
 
 #[derive(Debug, Deserialize)]
 struct Index {
@@ -228,9 +233,14 @@ pub(super) struct Columns {
 }
 
 impl Columns {
+    /// How many leaves an item has.
+    pub(super) fn leaves(&self) -> usize {
+        self.names.len()
+    }
+
     /// The leaves to read: `image` (or the first of [`IMAGE_NAMES`] present, or the one
     /// leaf holding image bytes) and `label` (`Some("")`: none; `None`: the first of
-    /// [`LABEL_NAMES`] present, or none).
+    /// [`LABEL_NAMES`] or `class` present, or none).
     pub(super) fn choose(
         leaves: &[(String, String)],
         image: Option<&str>,
@@ -264,17 +274,22 @@ impl Columns {
         };
         let (name, format) = &leaves[image];
         if !is_image_format(format) {
+            let hint = if format == "pil" {
+                "; litdata stores a PIL image that is not a JPEG as \"pil\", raw pixels: \
+                 optimize with the file's bytes, or litdata's JPEG"
+            } else {
+                ""
+            };
             return Err(format!(
                 "leaf {name:?} is stored as {format:?}: images are read from leaves stored as \
-                 \"jpeg\", \"bytes\" or \"image:...\" (an image file's bytes); litdata stores a \
-                 PIL image that is not a JPEG as \"pil\", raw pixels: optimize with the file's \
-                 bytes or litdata's JPEG"
+                 \"jpeg\", \"bytes\" or \"image:...\" (an image file's bytes){hint}"
             ));
         }
         let label = match label {
             Some("") => None,
             Some(n) => Some(find(n).ok_or_else(|| format!("no label leaf {n:?}; {}", listed()))?),
-            None => LABEL_NAMES.iter().find_map(|n| find(n)),
+            // LitData's own examples name it `class`.
+            None => LABEL_NAMES.iter().chain(&["class"]).find_map(|n| find(n)),
         };
         if let Some(i) = label {
             let (name, format) = &leaves[i];
@@ -379,11 +394,19 @@ pub(super) async fn items(
             })
         }
         Packing::Whole => {
-            // The index gives the decompressed size: the file's own is asked for.
-            if n.saturating_add(2).saturating_mul(4) > size {
+            // The index gives the decompressed size: the file's own is asked for. Each item
+            // takes an offset and a size per leaf at least.
+            let least = 4 + 4 * columns.leaves() as u64;
+            if n.saturating_mul(least).saturating_add(8) > size {
                 return Err(format!("{n} items cannot fit in a chunk of {size} bytes").into());
             }
             let file = store.head(key).await.map_err(FileError::Storage)?.size;
+            if size > file.saturating_mul(WHOLE_INFLATION_LIMIT) {
+                return Err(format!(
+                    "the index says the chunk inflates to {size} bytes; its file has {file}"
+                )
+                .into());
+            }
             let slots = (0..n).map(|i| u32::try_from(i).map_err(|_| "more than 2^32 items"));
             Ok(RecordFile {
                 key: key.to_owned(),
@@ -513,7 +536,9 @@ impl Framed {
             .ok_or("the chunk ends inside its offset table")?;
         let table = FRAMED_PREFIX + 4 * (n + 1);
         let mut next = 0;
-        let mut parsed = Vec::with_capacity(frames as usize);
+        // No more frames than the directory read can hold: a count is not trusted with memory.
+        let mut parsed =
+            Vec::with_capacity((frames as usize).min(dir.len() / FRAME_ENTRY as usize));
         for f in 0..frames {
             let at = usize::try_from(table + f * FRAME_ENTRY).map_err(|e| e.to_string())?;
             let entry = dir
@@ -636,10 +661,24 @@ impl Records for Chunk {
     }
 }
 
-/// A zstd frame's content: exactly `size` bytes when known, else at most
-/// [`INFLATION_LIMIT`] times its own size.
+/// A zstd frame's content: exactly `size` bytes when known; else at most what its header
+/// declares (up to 1 GiB, the most one read returns), or without a declared size at most
+/// [`INFLATION_LIMIT`] times its own size or [`INFLATION_FLOOR`].
 fn inflate(bytes: &[u8], size: Option<u64>) -> Result<Bytes, String> {
-    let limit = size.unwrap_or((bytes.len() as u64).saturating_mul(INFLATION_LIMIT));
+    let limit = match size {
+        Some(s) => s,
+        None => match zstd::zstd_safe::get_frame_content_size(bytes) {
+            Ok(Some(declared)) if declared <= loader_storage::DEFAULT_MAX_READ_BYTES => declared,
+            Ok(Some(declared)) => {
+                return Err(format!(
+                    "a zstd frame declares {declared} bytes, more than the 1 GiB a sample may be"
+                ));
+            }
+            _ => (bytes.len() as u64)
+                .saturating_mul(INFLATION_LIMIT)
+                .max(INFLATION_FLOOR),
+        },
+    };
     let mut out = Vec::with_capacity(usize::try_from(limit.min(1 << 26)).unwrap_or(0));
     zstd::stream::read::Decoder::new(bytes)
         .map_err(|e| format!("zstd: {e}"))?

@@ -41,7 +41,7 @@ impl Default for LitData {
 
 impl LitData {
     /// Images from the first leaf named `image`, `img`, `jpg`, `jpeg`, `png` or `webp` (or
-    /// the one leaf of image bytes), labels from `label` or `cls` when present; raw chunks
+    /// the one leaf of image bytes), labels from `label`, `cls` or `class` when present; raw chunks
     /// read in runs of 4 MiB in shard-local order.
     pub fn new() -> Self {
         Self {

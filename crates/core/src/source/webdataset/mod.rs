@@ -132,6 +132,11 @@ impl WebDataset {
         self
     }
 
+    /// Whether [`fields`](Self::fields) named the members to read.
+    pub(crate) fn names_fields(&self) -> bool {
+        self.members.is_some()
+    }
+
     /// A sample's parts as WebDataset's `to_tuple` names them: each field a member suffix
     /// (`"json"`) or alternatives (`"jpg;png"`, the first found is taken). The first
     /// field's member is the sample's main bytes (what the image pipeline decodes, or any
