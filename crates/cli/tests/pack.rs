@@ -27,6 +27,24 @@ fn run(args: &[&str]) -> std::process::Output {
     out
 }
 
+/// `loader gen DIR`: an ImageFolder of `images` JPEGs in `classes` classes, ImageNet-sized
+/// or (`tiny`) 64x48.
+fn image_folder(dir: &Path, images: u32, classes: u32, tiny: bool) {
+    let (images, classes) = (images.to_string(), classes.to_string());
+    let mut args = vec![
+        "gen",
+        dir.to_str().unwrap(),
+        "--images",
+        &images,
+        "--classes",
+        &classes,
+    ];
+    if tiny {
+        args.push("--tiny");
+    }
+    run(&args);
+}
+
 /// An item's bytes, read from the local directory its store is.
 fn bytes_of(dir: &Path, item: &loader_core::Item) -> Vec<u8> {
     let file = std::fs::read(dir.join(&*item.key)).unwrap();
@@ -97,14 +115,7 @@ fn packed_samples(dir: &Path) -> BTreeMap<u64, (Vec<u8>, i64)> {
 fn an_image_folder_packed_resized_reads_back_every_sample_once() {
     let dir = tempfile::tempdir().unwrap();
     let (src, dst) = (dir.path().join("src"), dir.path().join("packed"));
-    run(&[
-        "gen",
-        &src.to_string_lossy(),
-        "--images",
-        "40",
-        "--classes",
-        "4",
-    ]);
+    image_folder(&src, 40, 4, false);
     run(&[
         "pack",
         &src.to_string_lossy(),
@@ -195,15 +206,7 @@ fn an_image_folder_packed_resized_reads_back_every_sample_once() {
 fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    run(&[
-        "gen",
-        &src.to_string_lossy(),
-        "--images",
-        "60",
-        "--classes",
-        "3",
-        "--tiny",
-    ]);
+    image_folder(&src, 60, 3, true);
     let pack = |dst: &Path, extra: &[&str]| pack_small(&src, dst, extra);
     let whole = dir.path().join("whole");
     assert!(pack(&whole, &[]).status.success());
@@ -305,15 +308,7 @@ fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
 fn images_are_kept_as_they_are_without_resize_and_litdata_labels_go_along() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    run(&[
-        "gen",
-        &src.to_string_lossy(),
-        "--images",
-        "12",
-        "--classes",
-        "3",
-        "--tiny",
-    ]);
+    image_folder(&src, 12, 3, true);
     let dst = dir.path().join("kept");
     run(&["pack", &src.to_string_lossy(), &dst.to_string_lossy()]);
     let source = open(&src);
@@ -352,14 +347,7 @@ fn a_pack_into_s3_is_uploaded_whole_resumed_and_read_back_with_its_sidecars() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     // ImageNet-sized images, about 110 KB each: shards larger than an upload's 16 MiB part.
-    run(&[
-        "gen",
-        &src.to_string_lossy(),
-        "--images",
-        "240",
-        "--classes",
-        "4",
-    ]);
+    image_folder(&src, 240, 4, false);
     let root = dir.path().join("s3");
     std::fs::create_dir_all(root.join("bucket")).unwrap();
     let server = loader_testkit::S3Server::start(&root).unwrap();
@@ -437,15 +425,7 @@ fn a_pack_into_s3_is_uploaded_whole_resumed_and_read_back_with_its_sidecars() {
 fn samples_left_out_count_against_one_budget_across_runs_and_are_listed_once() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    run(&[
-        "gen",
-        &src.to_string_lossy(),
-        "--images",
-        "60",
-        "--classes",
-        "3",
-        "--tiny",
-    ]);
+    image_folder(&src, 60, 3, true);
     let source = open(&src);
     // Three images of the source that no decoder reads, spread over the pack.
     for i in [5usize, 25, 50] {

@@ -86,8 +86,8 @@ pub use options::{
     OptionValue, ShardOrder, StorageOptions,
 };
 pub use source::{
-    Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member, ShardLayout,
-    Source, SourceError,
+    CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member,
+    ShardLayout, Source, SourceError,
 };
 pub use source::{Formats, litdata, mds, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};

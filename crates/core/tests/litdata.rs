@@ -5,6 +5,8 @@
 //! in-process S3 server behind the delay proxy, compared with what litdata's own
 //! StreamingDataset read back; and damaged indexes and chunks.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,21 +16,17 @@ use bytes::Bytes;
 use loader_core::decoder::{DecodeOptions, decode};
 use loader_core::litdata::LitData;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, ErrorPolicy, Formats, RawBatch, SampleInfo, ShardOrder,
-    from_url,
+    DataLoader, Dataset, DynStorage, Formats, RawBatch, SampleInfo, ShardOrder, from_url,
 };
-use loader_testkit::watchdog::{HANG_LIMIT, within};
 use loader_testkit::{DelayProxy, S3Server};
+
+use common::{Outcome, local};
 
 /// The datasets read as samples (the fourth, `arrow`, is refused).
 const READ: [&str; 4] = ["raw", "framed", "whole", "sample"];
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata")
-}
-
-fn local(dir: &Path) -> DynStorage {
-    from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
 }
 
 #[derive(serde::Deserialize, Debug, Clone)]
@@ -232,51 +230,22 @@ fn what_is_not_read_is_refused_with_what_to_do() {
     );
 }
 
-/// What reading every sample of a damaged dataset gave: samples loaded, and the errors of
-/// those skipped.
-type Outcome = (usize, Vec<String>);
-
-/// Opens a copy of dataset `name` with `change` made to it and reads every sample, under
-/// the watchdog: the open's error, or what the samples became.
+/// Dataset `name` damaged by `change`, read whole (see [`common::damaged`]).
 fn damaged(
     name: &'static str,
     change: impl FnOnce(&Path) + Send + 'static,
     what: &str,
 ) -> Result<Outcome, String> {
-    within(HANG_LIMIT, what, move || {
-        let dir = tempfile::tempdir().unwrap();
-        for f in std::fs::read_dir(fixtures().join(name)).unwrap() {
-            let f = f.unwrap();
-            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
-        }
-        change(dir.path());
-        let store = local(dir.path());
-        let dataset = litdata(name)
-            .load_blocking(&store, "index.json")
-            .map_err(|e| e.to_string())?;
-        let l = DataLoader::builder(store, dataset)
-            .map(
-                |bytes: Bytes, _: &SampleInfo| Ok(bytes.len()),
-                |raw: RawBatch<usize>| {
-                    let errors: Vec<String> = raw.skipped.iter().map(|e| e.to_string()).collect();
-                    Ok((raw.samples.len(), errors))
-                },
-            )
-            .batch_size(4)
-            .epochs(1)
-            .error_policy(ErrorPolicy::Skip {
-                max_failures: usize::MAX,
-            })
-            .build()
-            .unwrap();
-        let mut out: Outcome = (0, Vec::new());
-        for batch in l {
-            let (n, errors) = batch.map_err(|e| e.to_string())?;
-            out.0 += n;
-            out.1.extend(errors);
-        }
-        Ok(out)
-    })
+    common::damaged(
+        &fixtures().join(name),
+        change,
+        move |store| {
+            litdata(name)
+                .load_blocking(store, "index.json")
+                .map_err(|e| e.to_string())
+        },
+        what,
+    )
 }
 
 fn flip(file: &'static str, at: usize, mask: u8) -> impl FnOnce(&Path) + Send + 'static {

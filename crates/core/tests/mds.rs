@@ -4,6 +4,8 @@
 //! the in-process S3 server behind the delay proxy, compared with what Streaming's own
 //! StreamingDataset read back; and damaged indexes and shards.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,18 +14,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use loader_core::decoder::{DecodeOptions, decode};
 use loader_core::mds::Mds;
-use loader_core::{
-    DataLoader, Dataset, DynStorage, ErrorPolicy, RawBatch, SampleInfo, ShardOrder, from_url,
-};
-use loader_testkit::watchdog::{HANG_LIMIT, within};
+use loader_core::{DataLoader, Dataset, DynStorage, RawBatch, SampleInfo, ShardOrder, from_url};
 use loader_testkit::{DelayProxy, S3Server};
+
+use common::{Outcome, local};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds")
-}
-
-fn local(dir: &Path) -> DynStorage {
-    from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
 }
 
 #[derive(serde::Deserialize, Debug, Clone)]
@@ -155,47 +152,18 @@ fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
     }
 }
 
-/// What reading every sample of a damaged dataset gave: samples loaded, and the errors of
-/// those skipped.
-type Outcome = (usize, Vec<String>);
-
-/// Opens a copy of the raw dataset with `change` made to it and reads every sample, under
-/// the watchdog: the open's error, or what the samples became.
+/// The raw dataset damaged by `change`, read whole (see [`common::damaged`]).
 fn damaged(change: impl FnOnce(&Path) + Send + 'static, what: &str) -> Result<Outcome, String> {
-    within(HANG_LIMIT, what, move || {
-        let dir = tempfile::tempdir().unwrap();
-        for f in std::fs::read_dir(fixtures().join("raw")).unwrap() {
-            let f = f.unwrap();
-            std::fs::copy(f.path(), dir.path().join(f.file_name())).unwrap();
-        }
-        change(dir.path());
-        let store = local(dir.path());
-        let dataset = Mds::new()
-            .load_blocking(&store, "index.json")
-            .map_err(|e| e.to_string())?;
-        let l = DataLoader::builder(store, dataset)
-            .map(
-                |bytes: Bytes, _: &SampleInfo| Ok(bytes.len()),
-                |raw: RawBatch<usize>| {
-                    let errors: Vec<String> = raw.skipped.iter().map(|e| e.to_string()).collect();
-                    Ok((raw.samples.len(), errors))
-                },
-            )
-            .batch_size(4)
-            .epochs(1)
-            .error_policy(ErrorPolicy::Skip {
-                max_failures: usize::MAX,
-            })
-            .build()
-            .unwrap();
-        let mut out: Outcome = (0, Vec::new());
-        for batch in l {
-            let (n, errors) = batch.map_err(|e| e.to_string())?;
-            out.0 += n;
-            out.1.extend(errors);
-        }
-        Ok(out)
-    })
+    common::damaged(
+        &fixtures().join("raw"),
+        change,
+        |store| {
+            Mds::new()
+                .load_blocking(store, "index.json")
+                .map_err(|e| e.to_string())
+        },
+        what,
+    )
 }
 
 #[test]
@@ -227,7 +195,7 @@ fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs()
     // or fail one by one.
     let shard = std::fs::read(fixtures().join("raw/shard.00000.mds")).unwrap();
     for at in (0..120.min(shard.len())).step_by(2) {
-        let _ = damaged(
+        let outcome = damaged(
             move |d| {
                 let f = d.join("shard.00000.mds");
                 let mut b = std::fs::read(&f).unwrap();
@@ -236,6 +204,10 @@ fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs()
             },
             &format!("byte {at}"),
         );
+        // Opened, every sample is delivered or skipped with its error: none lost.
+        if let Ok((loaded, errors)) = outcome {
+            assert_eq!(loaded + errors.len(), 30, "byte {at}: {errors:?}");
+        }
     }
     // A shard cut short: its last sample fails, naming the shard; the others load.
     let (loaded, errors) = damaged(

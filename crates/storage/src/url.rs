@@ -54,10 +54,7 @@ where
     K: AsRef<str>,
     V: Into<String>,
 {
-    let mut options: Vec<(String, String)> = options
-        .into_iter()
-        .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
-        .collect();
+    let mut options = lowered(options);
     let max_read_bytes = match options.iter().position(|(k, _)| k == "max_read_bytes") {
         None => DEFAULT_MAX_READ_BYTES,
         Some(at) => {
@@ -73,31 +70,12 @@ where
     let limit = |store: ObjectStoreAdapter| -> DynStorage {
         Arc::new(store.with_max_read_bytes(max_read_bytes))
     };
-    let parsed = match Url::parse(url) {
-        Ok(parsed) => parsed,
-        // No scheme (or a Windows drive letter): a plain path.
-        Err(url::ParseError::RelativeUrlWithoutBase) => {
-            return local(url, url, &options, max_read_bytes);
-        }
-        Err(e) => {
-            return Err(
-                Error::new(ErrorKind::Config, redact(url), "", "not a valid URL").with_source(e),
-            );
-        }
-    };
     let name = redact(url);
+    let parsed = match target(url)? {
+        Target::Path(path) => return local(&name, &path, &options, max_read_bytes),
+        Target::Url(parsed) => parsed,
+    };
     match parsed.scheme() {
-        "file" => {
-            let path = parsed.to_file_path().map_err(|()| {
-                Error::new(
-                    ErrorKind::Config,
-                    &name,
-                    "",
-                    "a file URL needs an absolute local path",
-                )
-            })?;
-            local(&name, &path.to_string_lossy(), &options, max_read_bytes)
-        }
         "s3" | "s3a" => s3(&name, &parsed, &options).map(limit),
         "http" | "https" => http(&name, &parsed, &options).map(limit),
         "memory" => {
@@ -133,35 +111,20 @@ where
     K: AsRef<str>,
     V: Into<String>,
 {
-    let options: Vec<(String, String)> = options
-        .into_iter()
-        .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
-        .filter(|(k, _)| k != "max_read_bytes")
-        .collect();
-    let local = |path: &str| -> Result<DynPut> {
-        no_options(&redact(url), &options)?;
-        Ok(Arc::new(LocalPut::new(path)?))
-    };
-    let parsed = match Url::parse(url) {
-        Ok(parsed) => parsed,
-        Err(url::ParseError::RelativeUrlWithoutBase) => return local(url),
-        Err(e) => {
-            return Err(
-                Error::new(ErrorKind::Config, redact(url), "", "not a valid URL").with_source(e),
-            );
-        }
-    };
+    let mut options = lowered(options);
+    options.retain(|(k, _)| k != "max_read_bytes");
     let name = redact(url);
+    let parsed = match target(url)? {
+        Target::Path(path) => {
+            no_options(&name, &options)?;
+            return Ok(Arc::new(LocalPut::new(path)?));
+        }
+        Target::Url(parsed) => parsed,
+    };
     let objects = |store: ObjectStoreAdapter| -> DynPut {
         Arc::new(ObjectStorePut::new(Arc::clone(store.inner()), name.clone()))
     };
     match parsed.scheme() {
-        "file" => {
-            let path = parsed.to_file_path().map_err(|()| {
-                config_error(&name, "a file URL needs an absolute local path".into())
-            })?;
-            local(&path.to_string_lossy())
-        }
         "s3" | "s3a" => s3(&name, &parsed, &options).map(objects),
         "memory" => {
             no_options(&name, &options)?;
@@ -186,6 +149,42 @@ where
             "",
             format!("unknown scheme {other:?} to write to; use s3://, file:// or a path"),
         )),
+    }
+}
+
+/// Options as the stores take them: keys in lower case.
+fn lowered<K: AsRef<str>, V: Into<String>>(
+    options: impl IntoIterator<Item = (K, V)>,
+) -> Vec<(String, String)> {
+    options
+        .into_iter()
+        .map(|(k, v)| (k.as_ref().to_ascii_lowercase(), v.into()))
+        .collect()
+}
+
+/// What a URL names: a local directory (a plain path, or a `file://` URL), or a store.
+enum Target {
+    Path(String),
+    Url(Url),
+}
+
+fn target(url: &str) -> Result<Target> {
+    match Url::parse(url) {
+        Ok(parsed) if parsed.scheme() == "file" => parsed
+            .to_file_path()
+            .map(|path| Target::Path(path.to_string_lossy().into_owned()))
+            .map_err(|()| {
+                config_error(
+                    &redact(url),
+                    "a file URL needs an absolute local path".into(),
+                )
+            }),
+        Ok(parsed) => Ok(Target::Url(parsed)),
+        // No scheme (or a Windows drive letter): a plain path.
+        Err(url::ParseError::RelativeUrlWithoutBase) => Ok(Target::Path(url.to_owned())),
+        Err(e) => {
+            Err(Error::new(ErrorKind::Config, redact(url), "", "not a valid URL").with_source(e))
+        }
     }
 }
 

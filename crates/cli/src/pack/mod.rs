@@ -25,8 +25,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::decoder::Pipeline;
 use loader_core::storage::redact;
 use loader_core::{
-    DataLoader, ErrorPolicy, Label, LoaderState, Manifest, RawBatch, SampleInfo, from_url,
-    store_url,
+    CLASSES_FILE, DataLoader, ErrorPolicy, Label, LoaderState, Manifest, RawBatch, SampleInfo,
+    from_url, store_url,
 };
 use serde::{Deserialize, Serialize};
 
@@ -261,6 +261,13 @@ pub fn main(args: Args) -> Result {
         return Err("--shard-size must be more than 0 bytes, e.g. 256MiB".into());
     }
     let root = store_url(&args.src)?;
+    if !options.is_empty() && !is_remote(&root) && !is_remote(&args.dst) {
+        return Err(
+            "--option sets a store's options, but SRC and DST are both local: \
+                    leave the options out"
+                .into(),
+        );
+    }
     let source = place(&root);
     if let Some(inside) = place(&args.dst).strip_prefix(source.trim_end_matches('/'))
         && (inside.is_empty() || inside.starts_with('/'))
@@ -318,7 +325,7 @@ pub fn main(args: Args) -> Result {
     if !packed.settings.classes.is_empty() {
         let mut text = packed.settings.classes.join("\n");
         text.push('\n');
-        dst.write("classes.txt", text.into_bytes())?;
+        dst.write(CLASSES_FILE, text.into_bytes())?;
     }
     let next = packed.shards.last().map_or(0, |s| s.end);
     let pipeline = match args.resize {
@@ -411,6 +418,14 @@ pub fn main(args: Args) -> Result {
                     pending = after;
                     record(&dst, &packed)?;
                     written_now += 1;
+                    if bar.is_hidden() {
+                        // No terminal (a batch job's log): a line per shard instead.
+                        eprintln!(
+                            "packed {} of {total} samples, {}",
+                            end,
+                            shards(packed.shards.len())
+                        );
+                    }
                 }
                 if args.stop_after_shards.is_some_and(|n| written_now >= n) {
                     bar.abandon_with_message("stopped");

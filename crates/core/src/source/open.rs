@@ -12,6 +12,7 @@ use super::litdata::{LitData, is_litdata_index};
 use super::manifest::Manifest;
 use super::mds::{INDEX, Mds, is_mds_index};
 use super::parquet::{Parquet, is_parquet};
+use super::record_files::get_whole;
 use super::webdataset::{
     WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of, split_url,
 };
@@ -51,9 +52,7 @@ impl Formats {
     /// The MDS or LitData dataset whose `index.json` is at the top of `store`: which of
     /// the two its contents say.
     async fn index_json(&self, store: &DynStorage) -> Result<Dataset> {
-        let text = RetryStore::new(&**store, RetryConfig::default())
-            .get(INDEX)
-            .await?;
+        let text = get_whole(store, INDEX).await?;
         if is_litdata_index(&text) {
             self.litdata.load_index(store, INDEX, &text).await
         } else {
@@ -204,9 +203,7 @@ impl Dataset {
                 && dataset.classes().is_empty()
                 && dataset.has_labels()
             {
-                let text = RetryStore::new(&**store, RetryConfig::default())
-                    .get(CLASSES_FILE)
-                    .await?;
+                let text = get_whole(store, CLASSES_FILE).await?;
                 let classes = String::from_utf8_lossy(&text)
                     .lines()
                     .map(str::to_owned)

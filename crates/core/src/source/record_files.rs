@@ -5,8 +5,10 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt};
 use loader_scheduler::{Label, RecordOf, Records};
-use loader_storage::ObjectMeta;
+use loader_storage::layer::{RetryConfig, RetryStore};
+use loader_storage::{DynStorage, ObjectMeta, Storage};
 
 use super::error::{Result, SourceError};
 use super::index::{Dataset, Item, ShardLayout};
@@ -39,6 +41,42 @@ impl FileError {
             Self::Invalid(p) => problem(p),
         }
     }
+}
+
+/// Files read at open at once: their tables are small reads, each a round trip.
+const OPEN_AT_ONCE: usize = 8;
+
+/// A small file (an `index.json`, a class list) whole, with the loader's retries.
+pub(crate) async fn get_whole(store: &DynStorage, key: &str) -> Result<bytes::Bytes> {
+    Ok(RetryStore::new(&**store, RetryConfig::default())
+        .get(key)
+        .await?)
+}
+
+/// The files an index at key `index` lists, named relative to its folder by `name`, each
+/// read by `open` given its key, [`OPEN_AT_ONCE`] at a time, in the index's order.
+pub(crate) async fn open_files<T, Fut>(
+    index: &str,
+    files: Vec<T>,
+    name: impl Fn(&T) -> &str,
+    mut open: impl FnMut(String, T) -> Fut,
+) -> Result<Vec<RecordFile>>
+where
+    Fut: std::future::Future<Output = Result<RecordFile>>,
+{
+    let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
+    futures::stream::iter(files)
+        .map(|file| {
+            let key = if dir.is_empty() {
+                name(&file).to_owned()
+            } else {
+                format!("{dir}/{}", name(&file))
+            };
+            open(key, file)
+        })
+        .buffered(OPEN_AT_ONCE)
+        .try_collect()
+        .await
 }
 
 /// One file's samples as read at open.

@@ -4,12 +4,17 @@
 //! and other leaves cut out of it. zstd frames (litdata's default `compression="zstd"`
 //! writes a frame per run of items) are fetch units decompressed once for their items.
 //! Labels are stored inside the samples, so they are read with them.
+//!
+//! Rooms: `index` (what `index.json` says), `leaves` (a sample's leaves: which is the
+//! image and label, an item cut into its record), `chunk` (a chunk's tables and frames,
+//! and how its spans decode).
 
-mod layout;
+mod chunk;
+mod index;
+mod leaves;
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
 use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, Storage};
 
@@ -17,13 +22,13 @@ use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
 use super::index::Dataset;
-use super::record_files::{RecordFile, dataset_of};
-use layout::Columns;
+use super::record_files::{dataset_of, get_whole, open_files};
+use leaves::Columns;
 
 /// Whether `text`, the bytes of an `index.json`, describes LitData chunks rather than
 /// MDS shards.
 pub fn is_litdata_index(text: &[u8]) -> bool {
-    layout::is_litdata(text)
+    index::is_litdata(text)
 }
 
 /// How LitData chunks become a [`Dataset`]: which leaves hold the images and labels.
@@ -70,9 +75,7 @@ impl LitData {
 
     /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
     pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
-        let text = RetryStore::new(&**store, RetryConfig::default())
-            .get(index)
-            .await?;
+        let text = get_whole(store, index).await?;
         self.load_index(store, index, &text).await
     }
 
@@ -95,7 +98,7 @@ impl LitData {
             store: name.clone(),
             problem,
         };
-        let described = layout::parse_index(text).map_err(|p| problem(index, p))?;
+        let described = index::parse_index(text).map_err(|p| problem(index, p))?;
         let columns = Columns::choose(
             &described.leaves,
             self.columns.image.as_deref(),
@@ -104,25 +107,21 @@ impl LitData {
         .map_err(|p| problem(index, p))?;
         let labelled = columns.label.is_some();
         let columns = Arc::new(columns);
-        let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
-        let (retried, packing) = (&retried, described.packing);
-        let files: Vec<RecordFile> = futures::stream::iter(described.chunks)
-            .map(|chunk| {
-                let key = if dir.is_empty() {
-                    chunk.filename.clone()
-                } else {
-                    format!("{dir}/{}", chunk.filename)
-                };
-                let (problem, columns) = (&problem, Arc::clone(&columns));
+        let (retried, packing, problem) = (&retried, described.packing, &problem);
+        let files = open_files(
+            index,
+            described.chunks,
+            |chunk| &chunk.filename,
+            |key, chunk| {
+                let columns = Arc::clone(&columns);
                 async move {
-                    layout::items(retried, &key, &chunk, packing, columns)
+                    chunk::items(retried, &key, &chunk, packing, columns)
                         .await
                         .map_err(|e| e.into_source(|p| problem(&key, p)))
                 }
-            })
-            .buffered(8)
-            .try_collect()
-            .await?;
+            },
+        )
+        .await?;
         dataset_of(files, self.chunk_bytes, "item", labelled)
     }
 }

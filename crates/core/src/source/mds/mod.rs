@@ -8,7 +8,6 @@ mod layout;
 
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
 use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, Storage};
 
@@ -16,7 +15,7 @@ use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
 use super::index::Dataset;
-use super::record_files::{RecordFile, dataset_of};
+use super::record_files::{RecordFile, dataset_of, get_whole, open_files};
 use layout::{Compression, Shard};
 
 /// The file that describes an MDS dataset.
@@ -70,9 +69,7 @@ impl Mds {
 
     /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
     pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
-        let text = RetryStore::new(&**store, RetryConfig::default())
-            .get(index)
-            .await?;
+        let text = get_whole(store, index).await?;
         self.load_index(store, index, &text).await
     }
 
@@ -92,7 +89,6 @@ impl Mds {
             problem,
         };
         let shards = layout::parse_index(text).map_err(|p| problem(index, p))?;
-        let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
         let columns = shards
             .first()
             .map(|s| {
@@ -116,16 +112,14 @@ impl Mds {
             ));
         }
         let columns = Arc::new(columns);
-        let retried = &retried;
+        let (retried, problem) = (&retried, &problem);
         let labelled = columns.label.is_some();
-        let files: Vec<RecordFile> = futures::stream::iter(shards)
-            .map(|shard| {
-                let key = if dir.is_empty() {
-                    shard.file().to_owned()
-                } else {
-                    format!("{dir}/{}", shard.file())
-                };
-                let (problem, columns) = (&problem, Arc::clone(&columns));
+        let files = open_files(
+            index,
+            shards,
+            |shard| shard.file(),
+            |key, shard| {
+                let columns = Arc::clone(&columns);
                 async move {
                     let samples = layout::samples(retried, &key, &shard)
                         .await
@@ -155,10 +149,9 @@ impl Mds {
                         key,
                     })
                 }
-            })
-            .buffered(8)
-            .try_collect()
-            .await?;
+            },
+        )
+        .await?;
         dataset_of(files, self.chunk_bytes, "sample", labelled)
     }
 

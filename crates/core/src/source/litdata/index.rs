@@ -1,0 +1,188 @@
+//! What a LitData `index.json` says: its chunks, how they are stored, and a sample's
+//! leaves (names from the pytree `data_spec`, formats from `data_format`).
+
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, Deserialize)]
+struct Index {
+    chunks: Vec<ChunkInfo>,
+    config: Config,
+}
+
+/// One chunk as `index.json` describes it.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct ChunkInfo {
+    /// The file's size; for a whole-file compressed chunk, what it decompresses to.
+    pub(super) chunk_bytes: u64,
+    /// Its items.
+    pub(super) chunk_size: u64,
+    pub(super) filename: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Config {
+    #[serde(default)]
+    compression: Option<String>,
+    #[serde(default)]
+    compression_level: Option<String>,
+    data_format: Vec<String>,
+    #[serde(default)]
+    data_spec: Option<String>,
+    #[serde(default)]
+    encryption: Option<Value>,
+    #[serde(default)]
+    item_loader: Option<String>,
+}
+
+/// How a dataset's chunks are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Packing {
+    Raw,
+    /// `LDFZ01` frames of items.
+    Framed,
+    /// The whole file one zstd frame.
+    Whole,
+    /// Each item its own zstd frame.
+    Sample,
+}
+
+/// What `index.json` says.
+#[derive(Debug)]
+pub(super) struct Described {
+    pub(super) chunks: Vec<ChunkInfo>,
+    pub(super) packing: Packing,
+    /// Each leaf's name (a dict's key, a tuple's position) and format, in stored order.
+    pub(super) leaves: Vec<(String, String)>,
+}
+
+/// Whether `text` is a LitData index (an object with `chunks` and `config`) rather than
+/// an MDS one (`shards`).
+pub(super) fn is_litdata(text: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(text)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.contains_key("chunks") && o.contains_key("config"))
+        })
+        .unwrap_or(false)
+}
+
+/// The chunks, packing and leaves of an `index.json`'s bytes.
+pub(super) fn parse_index(text: &[u8]) -> Result<Described, String> {
+    let index: Index = serde_json::from_slice(text).map_err(|e| {
+        format!("not a LitData index (a JSON object with \"chunks\" and \"config\"): {e}")
+    })?;
+    let config = index.config;
+    if let Some(loader) = config
+        .item_loader
+        .as_deref()
+        .filter(|l| *l != "PyTreeLoader")
+    {
+        return Err(format!(
+            "its chunks are written for litdata's {loader}: samples are read from chunks of \
+             the default PyTreeLoader"
+        ));
+    }
+    if config.encryption.is_some() {
+        return Err("its chunks are encrypted: decrypt them before reading them here".into());
+    }
+    let packing = match (
+        config.compression.as_deref(),
+        config.compression_level.as_deref(),
+    ) {
+        (None, _) => Packing::Raw,
+        (Some(c), level) if c == "zstd" || c.starts_with("zstd:") => match level {
+            // litdata reads a missing level as whole-file, for datasets written before it.
+            None | Some("" | "chunk") => Packing::Whole,
+            Some("batch") => Packing::Framed,
+            Some("sample") => Packing::Sample,
+            Some(other) => return Err(format!("compression level {other:?} is not litdata's")),
+        },
+        (Some(c), _) => {
+            return Err(format!(
+                "its chunks are compressed with {c:?}: LitData chunks are read raw or \
+                 zstd-compressed"
+            ));
+        }
+    };
+    let names = leaf_names(config.data_spec.as_deref())?;
+    if names.len() != config.data_format.len() {
+        return Err(format!(
+            "its data_spec has {} leaves ({names:?}) and its data_format {} ({:?})",
+            names.len(),
+            config.data_format.len(),
+            config.data_format
+        ));
+    }
+    for c in &index.chunks {
+        // Item offsets are u32: no chunk is larger.
+        if c.chunk_bytes > u64::from(u32::MAX) || c.chunk_size > u64::from(u32::MAX) {
+            return Err(format!(
+                "chunk {:?} claims {} items in {} bytes: more than its 32-bit offsets hold",
+                c.filename, c.chunk_size, c.chunk_bytes
+            ));
+        }
+    }
+    Ok(Described {
+        chunks: index.chunks,
+        packing,
+        leaves: names.into_iter().zip(config.data_format).collect(),
+    })
+}
+
+/// The names of a sample's leaves from litdata's pytree `data_spec`
+/// (`[1, {"type": "builtins.dict", "context": "[\"image\", ...]", "children_spec": [...]}]`):
+/// a dict's keys, a tuple's or list's positions, `"0"` for a lone leaf.
+fn leaf_names(spec: Option<&str>) -> Result<Vec<String>, String> {
+    let spec = spec.ok_or("its config has no data_spec")?;
+    let parsed: Value =
+        serde_json::from_str(spec).map_err(|e| format!("its data_spec is not JSON: {e}"))?;
+    let node = parsed
+        .get(1)
+        .filter(|_| parsed.get(0).and_then(Value::as_u64) == Some(1))
+        .ok_or("its data_spec is not a pytree spec of protocol 1")?;
+    let kind = node.get("type").and_then(Value::as_str);
+    let children = node
+        .get("children_spec")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let is_leaf = |c: &Value| {
+        c.get("type").is_none_or(Value::is_null)
+            && c.get("children_spec")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+    };
+    let Some(kind) = kind else {
+        return Ok(vec!["0".into()]);
+    };
+    if !children.iter().all(is_leaf) {
+        return Err(format!(
+            "its samples are nested ({kind} holding containers): samples of one level (a \
+             dict, tuple or list of values) are read here"
+        ));
+    }
+    match kind {
+        "builtins.dict" | "collections.OrderedDict" => {
+            let context = node
+                .get("context")
+                .and_then(Value::as_str)
+                .ok_or("its data_spec's dict has no keys")?;
+            let keys: Vec<Value> = serde_json::from_str(context)
+                .map_err(|e| format!("its data_spec's dict keys are not JSON: {e}"))?;
+            Ok(keys
+                .into_iter()
+                .map(|k| match k {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                })
+                .collect())
+        }
+        "builtins.tuple" | "builtins.list" => {
+            Ok((0..children.len()).map(|i| i.to_string()).collect())
+        }
+        other => Err(format!(
+            "its samples are {other}: a dict, tuple or list of values is read here"
+        )),
+    }
+}
