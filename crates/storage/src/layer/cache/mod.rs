@@ -534,6 +534,15 @@ impl Shared {
         };
         let (key_owned, wanted) = (key.to_owned(), units.clone());
         let origin_of = origin.clone();
+        // Which write of each entry this read sees: a bad file found after a newer write
+        // replaced it is that write's good file's predecessor, not the entry's state.
+        let seen: Vec<u64> = {
+            let state = lock(&self.state);
+            units
+                .iter()
+                .map(|(id, _)| state.rewrites.get(id).copied().unwrap_or(0))
+                .collect()
+        };
         let read = tokio::task::spawn_blocking(move || {
             wanted
                 .iter()
@@ -555,7 +564,7 @@ impl Shared {
         .unwrap_or_else(|_| vec![None; units.len()]);
         let mut out = Vec::with_capacity(units.len());
         let mut dropped = Vec::new();
-        for ((id, _), result) in units.iter().zip(read) {
+        for (((id, _), result), seen) in units.iter().zip(read).zip(seen) {
             match result {
                 Some(Ok(payload)) => {
                     Counters::add(&self.counters.disk_hits, 1);
@@ -566,18 +575,23 @@ impl Shared {
                         Rejected::Stale => &self.counters.stale,
                         Rejected::Corrupt(_) | Rejected::Other => &self.counters.corrupt,
                     };
-                    dropped.push((*id, Some(counter)));
+                    dropped.push((*id, Some(counter), seen));
                     out.push(None);
                 }
                 None => {
-                    dropped.push((*id, None));
+                    dropped.push((*id, None, seen));
                     out.push(None);
                 }
             }
         }
         if !dropped.is_empty() {
             let mut state = lock(&self.state);
-            for (id, counter) in dropped {
+            for (id, counter, seen) in dropped {
+                if state.rewrites.get(&id).copied().unwrap_or(0) != seen {
+                    // Written again since this read: the file there now is not the one
+                    // found bad, neither counted nor deleted.
+                    continue;
+                }
                 // Readers racing on one bad file each find it bad; the one that drops it
                 // counts it, so the counter counts files, not readers. A missing file is
                 // another process's eviction, or a write a kill cut short: fetched again,

@@ -35,6 +35,9 @@ pub(crate) struct State {
     /// Entry files found bad, until the writer writes them again: counted once however many
     /// readers (racing with the deletion) find them so.
     pub found_bad: HashSet<EntryId>,
+    /// How many times the writer wrote each entry this run: a reader that found a file bad
+    /// drops and counts it only when no write replaced it since the read.
+    pub rewrites: HashMap<EntryId, u64>,
     /// Objects as this run sees them.
     pub known: HashMap<String, Origin>,
     /// Objects whose ranged reads are not checked against their version: their store's
@@ -64,6 +67,7 @@ impl State {
             queued: HashMap::new(),
             deleting: HashSet::new(),
             found_bad: HashSet::new(),
+            rewrites: HashMap::new(),
             known: HashMap::new(),
             unchecked: HashSet::new(),
             disk_writes: false,

@@ -198,6 +198,7 @@ impl Books {
                 state.queued.remove(&id);
                 // Replaced (or let go): a bad file of it, if there was one, is gone.
                 state.found_bad.remove(&id);
+                *state.rewrites.entry(id).or_default() += 1;
                 state.pending_write_bytes = state.pending_write_bytes.saturating_sub(len);
                 if let Err(e) = result {
                     Counters::add(&self.counters.write_errors, 1);
