@@ -241,6 +241,91 @@ fn parquet_through_s3_behind_the_delay_proxy_a_get_per_page_in_file_local_order(
 }
 
 #[test]
+fn a_second_open_reads_nothing_from_the_store_until_the_file_changes() {
+    let expected = expected();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    for f in ["pa-snappy-dict.parquet", "hf-datasets.parquet"] {
+        std::fs::copy(fixtures().join(f), data.join(f)).unwrap();
+    }
+    let server = S3Server::start(dir.path()).unwrap();
+    let proxy = DelayProxy::start(server.addr(), Duration::from_millis(5)).unwrap();
+    let store = from_url("s3://data", server.options_for(&proxy.url())).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let parquet = Parquet::new().cache_dir(Some(cache.path().into()));
+    let keys = vec![
+        "pa-snappy-dict.parquet".to_owned(),
+        "hf-datasets.parquet".to_owned(),
+    ];
+    let read_all = |dataset: &Dataset, files: [&str; 2], what: &str| {
+        let rows: Vec<Row> = files
+            .iter()
+            .flat_map(|f| expected[*f].rows.clone())
+            .collect();
+        let seen = one_pass(&mut loader(Arc::clone(&store), dataset.clone()).build().unwrap());
+        let want = Expected {
+            row_groups: 0,
+            offset_index: true,
+            rows,
+        };
+        check(what, dataset, &want, &seen);
+    };
+    let gets = |open: &dyn Fn() -> Dataset| {
+        let before = proxy.stats().gets;
+        let dataset = open();
+        (dataset, proxy.stats().gets - before)
+    };
+    let (first, read) = gets(&|| parquet.load_blocking(&store, &keys).unwrap());
+    // A footer each (small files: their label columns are in the tail read with it).
+    assert!(read >= 2, "footers of two files: {read} GETs");
+    read_all(
+        &first,
+        ["pa-snappy-dict.parquet", "hf-datasets.parquet"],
+        "first open",
+    );
+    let (second, read) = gets(&|| parquet.load_blocking(&store, &keys).unwrap());
+    assert_eq!(read, 0, "the second open's GETs");
+    assert_eq!(second.len(), first.len());
+    assert_eq!(second.classes(), first.classes());
+    read_all(
+        &second,
+        ["pa-snappy-dict.parquet", "hf-datasets.parquet"],
+        "second open",
+    );
+    // The same key rewritten with other rows (another size and ETag): read again, and
+    // its new rows are the ones loaded, never the cached footer's.
+    std::fs::copy(
+        fixtures().join("pa-zstd-plain.parquet"),
+        data.join("pa-snappy-dict.parquet"),
+    )
+    .unwrap();
+    let (third, read) = gets(&|| parquet.load_blocking(&store, &keys).unwrap());
+    assert!(
+        read >= 1,
+        "the changed file's footer read again: {read} GETs"
+    );
+    read_all(
+        &third,
+        ["pa-zstd-plain.parquet", "hf-datasets.parquet"],
+        "after a rewrite",
+    );
+    // A cache file that is not one of ours (damaged, cut short) is read past, not trusted.
+    for entry in std::fs::read_dir(cache.path().join("parquet-footer")).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    let (fourth, read) = gets(&|| parquet.load_blocking(&store, &keys).unwrap());
+    assert!(read >= 2, "damaged cache files: {read} GETs");
+    read_all(
+        &fourth,
+        ["pa-zstd-plain.parquet", "hf-datasets.parquet"],
+        "damaged cache",
+    );
+}
+
+#[test]
 fn a_prefix_is_parquet_only_when_it_is_one_folder_of_parquet_files_without_images() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
@@ -316,6 +401,7 @@ fn open_and_read(bytes: Vec<u8>, what: &str) -> Result<Vec<Result<(), String>>, 
         std::fs::write(dir.path().join("f.parquet"), &bytes).unwrap();
         let store = local(dir.path());
         let dataset = Parquet::new()
+            .cache_dir(None)
             .load_blocking(&store, &["f.parquet".into()])
             .map_err(|e| e.to_string());
         // An error, never a panic caught on the reading thread.

@@ -14,6 +14,7 @@ mod extensions;
 mod image_folder;
 mod index;
 pub mod litdata;
+mod local_cache;
 mod manifest;
 pub mod mds;
 mod mixture;

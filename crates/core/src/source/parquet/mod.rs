@@ -6,13 +6,16 @@
 //! when the file has an offset index.
 //!
 //! Opening reads each file's footer and offset index (one GET from its end, usually) and
-//! its label column; images are read as samples are loaded.
+//! its label column, and keeps what it read in the local cache directory for the next open
+//! of the same file; images are read as samples are loaded.
 
+mod cache;
 mod columns;
 mod footer;
 mod pages;
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -39,6 +42,7 @@ pub fn is_parquet(name: &str) -> bool {
 pub struct Parquet {
     columns: ColumnNames,
     concurrency: usize,
+    cache_dir: Option<PathBuf>,
 }
 
 impl Default for Parquet {
@@ -63,12 +67,21 @@ struct Opened {
 impl Parquet {
     /// Images from the first column named `image`, `img`, `jpg`, `jpeg`, `png` or `webp`
     /// (or its `bytes` field), labels from `label` or `cls` when present; 8 files opened
-    /// at a time.
+    /// at a time, what they read at open cached under
+    /// [`default_cache_dir`](crate::webdataset::default_cache_dir).
     pub fn new() -> Self {
         Self {
             columns: ColumnNames::default(),
             concurrency: 8,
+            cache_dir: super::local_cache::default_cache_dir(),
         }
+    }
+
+    /// Where what opening a file reads (footer, offset index, label column) is kept for
+    /// the next open of the same file, by size and version; `None`: read at every open.
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
     }
 
     /// The column holding the images: binary, or a struct with a binary `bytes` field.
@@ -129,12 +142,38 @@ impl Parquet {
     }
 
     async fn open(&self, store: &dyn Storage, name: &str, meta: ObjectMeta) -> Result<Opened> {
-        let (key, version) = (meta.key.clone(), meta.version.clone());
-        let fetch = |range| {
-            let (key, version) = (&key, &version);
-            async move { footer::get(store, key, range, version.as_deref()).await }
+        // Cache files are read and written on the blocking pool: files are opened
+        // concurrently on the runtime, which a blocking read would stall.
+        let cached = match self.cache_dir.clone() {
+            Some(dir) => {
+                let (name, meta) = (name.to_owned(), meta.clone());
+                tokio::task::spawn_blocking(move || cache::Spans::load(&dir, &name, &meta))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(Arc::new)
+            }
+            None => None,
         };
-        self.open_with(name, meta, fetch).await
+        let (key, version) = (meta.key.clone(), meta.version.clone());
+        let fetch = |range: std::ops::Range<u64>| {
+            let (key, version, cached) = (&key, &version, &cached);
+            async move {
+                if let Some(bytes) = cached.as_ref().and_then(|c| c.get(&range)) {
+                    return Ok(bytes);
+                }
+                let bytes = footer::get(store, key, range.clone(), version.as_deref()).await?;
+                if let Some(c) = cached {
+                    c.put(range, bytes.clone());
+                }
+                Ok(bytes)
+            }
+        };
+        let opened = self.open_with(name, meta, fetch).await?;
+        if let Some(c) = cached {
+            let _ = tokio::task::spawn_blocking(move || c.save()).await;
+        }
+        Ok(opened)
     }
 
     /// Opens the file `meta` describes, on the store called `name`, reading its spans

@@ -62,53 +62,12 @@ impl ShardIndex {
     }
 }
 
-/// The default cache directory: `$LOADER_CACHE_DIR`, else `$XDG_CACHE_HOME/loader`, else
-/// `~/.cache/loader`; `None` when none is set.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    let var = |name| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    var("LOADER_CACHE_DIR")
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("loader")))
-        .or_else(|| var("HOME").map(|d| d.join(".cache").join("loader")))
-}
-
-/// Where the cached index of `shard` on the store named `store` lives under `dir`: one
-/// file per shard, named by a hash of the store and key (keys may hold any character).
+/// Where the cached index of `shard` on the store named `store` lives under `dir`.
 pub(crate) fn cache_path(dir: &Path, store: &str, shard: &str) -> PathBuf {
-    // FNV-1a, written out: the name must not change with a dependency or Rust version.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in store.bytes().chain([0]).chain(shard.bytes()) {
-        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    let stem: String = shard
-        .rsplit('/')
-        .next()
-        .unwrap_or("shard")
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        .take(64)
-        .collect();
-    dir.join("webdataset-index")
-        .join(format!("{stem}-{hash:016x}.json"))
+    crate::source::local_cache::cache_path(dir, "webdataset-index", store, shard, "json")
 }
 
 /// Read a cached index, if there is a readable one.
 pub(crate) fn read_cached(path: &Path) -> Option<ShardIndex> {
     ShardIndex::parse(&std::fs::read(path).ok()?)
-}
-
-/// Write `bytes` to `path` atomically (a temporary file in the same directory, renamed
-/// into place), so a reader never sees half of one and two ranks writing the same index do
-/// not corrupt it.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = loader_storage::write::temp_file_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
 }

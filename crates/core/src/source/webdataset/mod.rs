@@ -36,9 +36,10 @@ use futures::StreamExt;
 use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ErrorKind, ObjectMeta, Storage};
 
+pub use crate::source::local_cache::{default_cache_dir, write_atomically};
 pub use braces::expand as expand_braces;
 pub use group::IndexedSample;
-pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex, default_cache_dir, write_atomically};
+pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
