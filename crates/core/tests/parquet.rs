@@ -325,6 +325,100 @@ fn a_second_open_reads_nothing_from_the_store_until_the_file_changes() {
     );
 }
 
+/// Copies `from` (files and folders) into `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let dest = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &dest);
+        } else {
+            std::fs::copy(&path, &dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
+    // datasets' to_parquet of a dataset built from image files keeps only their paths;
+    // pyarrow's mixed file holds row groups of embedded images, of paths, and of both.
+    let root = fixtures().join("paths");
+    let expected: BTreeMap<String, Expected> =
+        serde_json::from_slice(&std::fs::read(root.join("expected.json")).unwrap()).unwrap();
+    let store = local(&root);
+    for (name, want) in &expected {
+        let dataset = Parquet::new()
+            .cache_dir(None)
+            .load_blocking(&store, std::slice::from_ref(name))
+            .unwrap();
+        let whole = (0..dataset.len())
+            .filter(|&i| dataset.get(i).unwrap().range.is_none())
+            .count();
+        let paths = if name.starts_with("hf-") { 40 } else { 20 };
+        assert_eq!(whole, paths, "{name}: rows read as objects of their own");
+        for order in [ShardOrder::Local, ShardOrder::Global] {
+            for fetch in [
+                loader_core::Fetch::Async { max_in_flight: 8 },
+                loader_core::Fetch::Threads { threads: 3 },
+            ] {
+                let mut loader = loader(Arc::clone(&store), dataset.clone())
+                    .batch_size(7)
+                    .shuffle(true)
+                    .shard_order(order)
+                    .seed(5)
+                    .fetch(fetch)
+                    .build()
+                    .unwrap();
+                check(name, &dataset, want, &one_pass(&mut loader));
+            }
+        }
+    }
+    // Over S3 behind the delay proxy, by URL: a GET per image.
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&root, &dir.path().join("data").join("train"));
+    let server = S3Server::start(dir.path()).unwrap();
+    let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
+    let url = "s3://data/train/hf-paths.parquet";
+    let store = from_url(
+        &loader_core::store_url(url).unwrap(),
+        server.options_for(&proxy.url()),
+    )
+    .unwrap();
+    let dataset =
+        Dataset::open_blocking(url, &store, None, &loader_core::Formats::default()).unwrap();
+    assert_eq!(dataset.get(3).unwrap().key.as_ref(), "images/img003.jpg");
+    let before = proxy.stats().gets;
+    let seen = one_pass(
+        &mut loader(Arc::clone(&store), dataset.clone())
+            .shuffle(true)
+            .fetch(loader_core::Fetch::Threads { threads: 2 })
+            .hedge(None)
+            .build()
+            .unwrap(),
+    );
+    check("over S3", &dataset, &expected["hf-paths.parquet"], &seen);
+    // The proxy counts every request sent, a retry's too: a run now and then sends one or
+    // two more than the 40 (a cause not pinned down); two per image would be 80.
+    let gets = proxy.stats().gets - before;
+    assert!((40..48).contains(&gets), "a GET per image: {gets}");
+    // Absolute paths to images on no store the dataset is opened on: an error naming the
+    // file, the row and the path, at open.
+    let err = Parquet::new()
+        .cache_dir(None)
+        .load_blocking(&local(&root), &["pa-absolute.parquet".into()])
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "pa-absolute.parquet",
+        "row 0",
+        "/nonexistent-loader-fixture/images/img000.jpg",
+        "not on",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+}
+
 #[test]
 fn a_prefix_is_parquet_only_when_it_is_one_folder_of_parquet_files_without_images() {
     let dir = tempfile::tempdir().unwrap();

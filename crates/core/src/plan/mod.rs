@@ -912,9 +912,9 @@ fn arrange(
 fn shares_spans(data: &Dataset) -> bool {
     !data.shards().is_empty()
         && data
-            .get(0)
-            .and_then(|item| item.record.as_ref())
-            .is_some_and(|r| r.shared)
+            .items()
+            .iter()
+            .any(|item| item.record.as_ref().is_some_and(|r| r.shared))
 }
 
 /// The most samples a chunk of `data` holds.

@@ -115,16 +115,29 @@ impl Dataset {
         shards: Vec<ShardLayout>,
     ) -> Result<Self> {
         let mut chunk_of = vec![u32::MAX; items.len()];
+        let mut placed = vec![false; items.len()];
         let mut spans = Vec::new();
         let mut sizes = Vec::new();
         for shard in &shards {
             for chunk in &shard.chunks {
+                // A sample stored outside its shard (a Parquet row whose image is another
+                // object) is a chunk of its own, read whole: ordered with its shard, with
+                // no span to share.
+                if let (1, Some(item)) = (chunk.len(), items.get(chunk.start))
+                    && item.key != shard.key
+                    && item.span().is_none()
+                    && item.record.is_none()
+                    && !std::mem::replace(&mut placed[chunk.start], true)
+                {
+                    continue;
+                }
                 let id = u32::try_from(spans.len())
                     .map_err(|_| SourceError::Invalid("more than 2^32 chunks".into()))?;
                 let mut span: Option<Range<u64>> = None;
                 for i in chunk.clone() {
                     let item = items.get(i).filter(|it| it.key == shard.key);
-                    let (Some(item), true) = (item, chunk_of.get(i) == Some(&u32::MAX)) else {
+                    let once = placed.get(i).is_some_and(|p| !p);
+                    let (Some(item), true) = (item, once) else {
                         return Err(SourceError::Invalid(format!(
                             "sample {i} is not a sample of shard {:?} once",
                             shard.key
@@ -137,6 +150,7 @@ impl Dataset {
                         )));
                     };
                     chunk_of[i] = id;
+                    placed[i] = true;
                     span = Some(match span {
                         Some(a) => a.start.min(s.start)..a.end.max(s.end),
                         None => s,

@@ -219,12 +219,14 @@ pub(super) fn read_values(
     without_panics(|| read_values_of(size, rg, column, bytes))
 }
 
-fn read_values_of(
+/// A reader of leaf `column` of row group `rg`, whose column chunk's bytes are `bytes`,
+/// with the column's highest definition level and the row group's rows.
+fn column_reader(
     size: u64,
     rg: &RowGroupMetaData,
     column: usize,
     bytes: Bytes,
-) -> Result<Vec<Value>, String> {
+) -> Result<(ColumnReader, ColumnDescPtr, usize), String> {
     let chunk = rg.column(column);
     let (start, _) = chunk.byte_range();
     let rows = usize::try_from(rg.num_rows()).map_err(|_| "a negative row count".to_owned())?;
@@ -236,8 +238,40 @@ fn read_values_of(
     let pages = SerializedPageReader::new(Arc::new(sparse), chunk, rows, None)
         .map_err(|e| e.to_string())?;
     let descr = chunk.column_descr_ptr();
-    let max_def = descr.max_def_level();
     let reader = parquet::column::reader::get_column_reader(descr.clone(), Box::new(pages));
+    Ok((reader, descr, rows))
+}
+
+/// Which rows of binary leaf `column` in row group `rg` are null, whose column chunk's
+/// bytes are `bytes`.
+pub(super) fn read_nulls(
+    size: u64,
+    rg: &RowGroupMetaData,
+    column: usize,
+    bytes: Bytes,
+) -> Result<Vec<bool>, String> {
+    without_panics(|| {
+        let (reader, descr, rows) = column_reader(size, rg, column, bytes)?;
+        let ColumnReader::ByteArrayColumnReader(mut reader) = reader else {
+            return Err("the image column is not binary".into());
+        };
+        let mut defs = Vec::with_capacity(rows.min(1 << 16));
+        let values = read_all(&mut reader, rows, &mut defs)?;
+        Ok(spread(values, &defs, descr.max_def_level(), rows)?
+            .iter()
+            .map(Option::is_none)
+            .collect())
+    })
+}
+
+fn read_values_of(
+    size: u64,
+    rg: &RowGroupMetaData,
+    column: usize,
+    bytes: Bytes,
+) -> Result<Vec<Value>, String> {
+    let (reader, descr, rows) = column_reader(size, rg, column, bytes)?;
+    let max_def = descr.max_def_level();
     // Not sized from the footer's row count: a count is not trusted with memory.
     let mut defs = Vec::with_capacity(rows.min(1 << 16));
     let unsigned = matches!(

@@ -13,8 +13,9 @@ mod cache;
 mod columns;
 mod footer;
 mod pages;
+mod paths;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -62,6 +63,10 @@ struct Opened {
     labels: Vec<Value>,
     /// Row of the file each row group starts at.
     group_starts: Vec<u64>,
+    /// Rows whose image is another object (a path, no bytes): its key, by row of the file.
+    external: BTreeMap<u64, String>,
+    /// Row groups that mix both kinds of row, whose image column was read at open.
+    mixed: usize,
 }
 
 impl Parquet {
@@ -239,7 +244,25 @@ impl Parquet {
                 .await?;
             labels = read.concat();
         }
+        let (external, mixed) =
+            match paths::path_leaf(footer.file_metadata().schema_descr(), columns.image) {
+                Some(leaf) => {
+                    external_rows(
+                        name,
+                        &meta,
+                        &footer,
+                        columns.image,
+                        leaf,
+                        &group_starts,
+                        &fetch,
+                    )
+                    .await?
+                }
+                None => (BTreeMap::new(), 0),
+            };
         Ok(Opened {
+            external,
+            mixed,
             footer: Arc::new(footer),
             meta,
             columns,
@@ -384,7 +407,7 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
         }
         let mut chunks = Vec::with_capacity(file.units.len());
         for unit in &file.units {
-            let first = items.len();
+            let mut first = items.len();
             for row in unit.rows.clone() {
                 let in_file = file.group_starts[unit.row_group] + row;
                 let label = match (kind, file.labels.get(in_file as usize)) {
@@ -413,11 +436,28 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
                         }
                     }
                 };
+                let name = Some(format!("row {in_file}").into());
+                if let Some(path) = file.external.get(&in_file) {
+                    // Its own chunk, read whole: the page's rows around it stay chunks of
+                    // the page.
+                    if items.len() > first {
+                        chunks.push(first..items.len());
+                    }
+                    items.push(Item {
+                        key: path.as_str().into(),
+                        label,
+                        name,
+                        ..Item::default()
+                    });
+                    chunks.push(items.len() - 1..items.len());
+                    first = items.len();
+                    continue;
+                }
                 items.push(Item {
                     key: Arc::clone(&key),
                     range: Some(unit.range.clone()),
                     label,
-                    name: Some(format!("row {in_file}").into()),
+                    name,
                     members: Arc::default(),
                     record: Some(RecordOf {
                         records: Arc::clone(&records),
@@ -428,7 +468,9 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
                     }),
                 });
             }
-            chunks.push(first..items.len());
+            if items.len() > first {
+                chunks.push(first..items.len());
+            }
         }
         shards.push(ShardLayout {
             key: Arc::clone(&key),
@@ -445,6 +487,14 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
             whole_chunks[0]
         );
     }
+    let mixed: usize = files.iter().map(|f| f.mixed).sum();
+    if mixed > 0 {
+        tracing::warn!(
+            "{mixed} row groups of the Parquet files on {store} mix rows with embedded images \
+             and rows with only a path: their image column was read whole at open to tell \
+             which is which; embed every image (or none) for reads of the footer alone"
+        );
+    }
     let objects = files.iter().map(|f| f.meta.clone()).collect();
     let dataset = Dataset::from_shards(items, classes, shards)?.with_objects(objects);
     Ok(if kind.is_none() {
@@ -452,4 +502,73 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
     } else {
         dataset
     })
+}
+
+/// The rows of a file whose image is another object: Hugging Face's struct with a null
+/// `bytes` and a `path`, by row of the file, resolved to keys of the store called `name`;
+/// and how many row groups mix them with embedded images. Reads a row group's path column
+/// when the image column's statistics do not say it has no nulls, and its image column
+/// too when they do not say every row is null.
+async fn external_rows<F, Fut>(
+    name: &str,
+    meta: &ObjectMeta,
+    footer: &ParquetMetaData,
+    image: usize,
+    path: usize,
+    group_starts: &[u64],
+    fetch: &F,
+) -> Result<(BTreeMap<u64, String>, usize)>
+where
+    F: Fn(std::ops::Range<u64>) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
+{
+    let problem = |problem: String| SourceError::Parquet {
+        file: meta.key.clone(),
+        store: name.to_owned(),
+        problem,
+    };
+    let failed = |e: FooterError| match e {
+        FooterError::Storage(e) => SourceError::Storage(e),
+        FooterError::Parquet(e) => problem(e.to_string()),
+    };
+    let read = |rg: usize, column: usize| {
+        let group = footer.row_group(rg);
+        let span = footer::chunk_span(group.column(column), meta.size);
+        async move {
+            let range = span.map_err(|e| problem(format!("row group {rg}: {e}")))?;
+            fetch(range).await.map_err(failed)
+        }
+    };
+    let (mut external, mut mixed) = (BTreeMap::new(), 0);
+    for (rg, group) in footer.row_groups().iter().enumerate() {
+        let rows = u64::try_from(group.num_rows()).unwrap_or(0);
+        let nulls = group
+            .column(image)
+            .statistics()
+            .and_then(|s| s.null_count_opt());
+        if rows == 0 || nulls == Some(0) {
+            continue;
+        }
+        let paths = columns::read_values(meta.size, group, path, read(rg, path).await?)
+            .map_err(|cause| problem(format!("row group {rg}, image paths: {cause}")))?;
+        if paths.iter().all(|p| *p == Value::Null) {
+            continue;
+        }
+        let missing = if nulls == Some(rows) {
+            vec![true; paths.len()]
+        } else {
+            mixed += 1;
+            columns::read_nulls(meta.size, group, image, read(rg, image).await?)
+                .map_err(|cause| problem(format!("row group {rg}, image column: {cause}")))?
+        };
+        for (row, (path, missing)) in paths.iter().zip(missing).enumerate() {
+            if let (Value::Name(path), true) = (path, missing) {
+                let in_file = group_starts[rg] + row as u64;
+                let key = paths::resolve(name, &meta.key, path)
+                    .map_err(|cause| problem(format!("row {in_file}: {cause}")))?;
+                external.insert(in_file, key);
+            }
+        }
+    }
+    Ok((external, mixed))
 }
