@@ -420,6 +420,92 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
 }
 
 #[test]
+fn member_columns_are_handed_to_the_stage_with_each_row() {
+    let store = local(&fixtures());
+    let file = vec!["pa-binary-names.parquet".to_owned()];
+    let dataset = Parquet::new()
+        .cache_dir(None)
+        .member_columns(["caption"])
+        .load_blocking(&store, &file)
+        .unwrap();
+    let mut loader = DataLoader::builder(Arc::clone(&store), dataset.clone())
+        .map(
+            |_bytes: Bytes, info: &SampleInfo| {
+                let members: Vec<(String, String)> = info
+                    .members
+                    .iter()
+                    .map(|(n, b)| (n.to_string(), String::from_utf8(b.to_vec()).unwrap()))
+                    .collect();
+                Ok((info.label.class().unwrap(), members))
+            },
+            |raw: RawBatch<(i64, Vec<(String, String)>)>| {
+                Ok(raw.samples.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+            },
+        )
+        .batch_size(6)
+        .shuffle(true)
+        .build()
+        .unwrap();
+    let seen: Vec<_> = loader.by_ref().flat_map(|b| b.unwrap()).collect();
+    assert_eq!(seen.len(), 40);
+    for (label, members) in seen {
+        // make.py: "a picture of a <class>" beside each row's class.
+        let caption = format!("a picture of a {}", CLASSES[label as usize]);
+        assert_eq!(members, [("caption".to_owned(), caption)]);
+    }
+    // Numbers as text: the label column of another file, read as a member.
+    let numbers = Parquet::new()
+        .cache_dir(None)
+        .label_column("")
+        .member_columns(["label"])
+        .load_blocking(&store, &["pa-zstd-dict.parquet".into()])
+        .unwrap();
+    let mut loader = DataLoader::builder(Arc::clone(&store), numbers)
+        .map(
+            |_bytes: Bytes, info: &SampleInfo| Ok((info.index, info.members[0].1.clone())),
+            |raw: RawBatch<(u64, Bytes)>| {
+                Ok(raw.samples.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+            },
+        )
+        .build()
+        .unwrap();
+    for (index, value) in loader.by_ref().flat_map(|b| b.unwrap()) {
+        assert_eq!(value, (index % 3).to_string().as_bytes(), "row {index}");
+    }
+    // Refused, with the reason: a missing column, the image or label column, members of
+    // rows whose image is a path.
+    let refused = |parquet: Parquet, store: &DynStorage, file: &str| {
+        parquet
+            .cache_dir(None)
+            .load_blocking(store, &[file.into()])
+            .unwrap_err()
+            .to_string()
+    };
+    let err = refused(
+        Parquet::new().member_columns(["nope"]),
+        &store,
+        "pa-binary-names.parquet",
+    );
+    assert!(
+        err.contains("no member column \"nope\"") && err.contains("caption"),
+        "{err}"
+    );
+    let err = refused(
+        Parquet::new().member_columns(["cls"]),
+        &store,
+        "pa-binary-names.parquet",
+    );
+    assert!(err.contains("is the image or label column"), "{err}");
+    let paths = local(&fixtures().join("paths"));
+    let err = refused(
+        Parquet::new().member_columns(["label"]).label_column(""),
+        &paths,
+        "hf-paths.parquet",
+    );
+    assert!(err.contains("rows whose image is a path"), "{err}");
+}
+
+#[test]
 fn a_prefix_is_parquet_only_when_it_is_one_folder_of_parquet_files_without_images() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

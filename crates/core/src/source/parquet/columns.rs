@@ -221,7 +221,7 @@ pub(super) fn read_values(
 
 /// A reader of leaf `column` of row group `rg`, whose column chunk's bytes are `bytes`,
 /// with the column's highest definition level and the row group's rows.
-fn column_reader(
+pub(super) fn column_reader(
     size: u64,
     rg: &RowGroupMetaData,
     column: usize,

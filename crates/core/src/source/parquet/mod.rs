@@ -12,6 +12,7 @@
 mod cache;
 mod columns;
 mod footer;
+mod members;
 mod pages;
 mod paths;
 
@@ -42,6 +43,7 @@ pub fn is_parquet(name: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Parquet {
     columns: ColumnNames,
+    members: Vec<String>,
     concurrency: usize,
     cache_dir: Option<PathBuf>,
 }
@@ -67,6 +69,8 @@ struct Opened {
     external: BTreeMap<u64, String>,
     /// Row groups that mix both kinds of row, whose image column was read at open.
     mixed: usize,
+    /// The member columns' values, by row of the file.
+    members: Vec<(Arc<str>, Vec<Option<bytes::Bytes>>)>,
 }
 
 impl Parquet {
@@ -77,6 +81,7 @@ impl Parquet {
     pub fn new() -> Self {
         Self {
             columns: ColumnNames::default(),
+            members: Vec::new(),
             concurrency: 8,
             cache_dir: super::local_cache::default_cache_dir(),
         }
@@ -95,9 +100,18 @@ impl Parquet {
         self
     }
 
-    /// Whether an image or label column was named.
+    /// Other columns handed to the CPU stage as each sample's members
+    /// (`SampleInfo::members`, by column name): binary and string values as stored, numbers
+    /// and booleans as text; a null is no member. Read when the files are opened and held
+    /// for the run (at most 1 GiB in all), for columns of one value per row.
+    pub fn member_columns<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.members = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether an image, label or member column was named.
     pub(crate) fn names_columns(&self) -> bool {
-        self.columns.named()
+        self.columns.named() || !self.members.is_empty()
     }
 
     /// The column holding the labels (integers or class-name strings); `""` for none, so
@@ -260,7 +274,19 @@ impl Parquet {
                 }
                 None => (BTreeMap::new(), 0),
             };
+        let members = self
+            .read_members(name, &meta, &footer, &columns, &fetch)
+            .await?;
+        if !members.is_empty() && !external.is_empty() {
+            return Err(problem(format!(
+                "member columns are not handed with rows whose image is a path (row {} \
+                 and {} more): leave out the member columns, or embed the images",
+                external.keys().next().copied().unwrap_or_default(),
+                external.len() - 1
+            )));
+        }
         Ok(Opened {
+            members,
             external,
             mixed,
             footer: Arc::new(footer),
@@ -271,6 +297,65 @@ impl Parquet {
             labels,
             group_starts,
         })
+    }
+
+    /// The member columns' values in the file `meta` describes, row group by row group.
+    async fn read_members<F, Fut>(
+        &self,
+        name: &str,
+        meta: &ObjectMeta,
+        footer: &ParquetMetaData,
+        columns: &Columns,
+        fetch: &F,
+    ) -> Result<Vec<(Arc<str>, Vec<Option<bytes::Bytes>>)>>
+    where
+        F: Fn(std::ops::Range<u64>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
+    {
+        if self.members.is_empty() {
+            return Ok(Vec::new());
+        }
+        let problem = |problem: String| SourceError::Parquet {
+            file: meta.key.clone(),
+            store: name.to_owned(),
+            problem,
+        };
+        let schema = footer.file_metadata().schema_descr();
+        let mut taken = vec![columns.image];
+        taken.extend(columns.label.map(|(leaf, _)| leaf));
+        taken.extend(paths::path_leaf(schema, columns.image));
+        let leaves = members::choose(schema, &self.members, &taken).map_err(problem)?;
+        let mut held = 0u64;
+        let mut out = Vec::with_capacity(leaves.len());
+        for (column, leaf) in self.members.iter().zip(leaves) {
+            let mut values = Vec::new();
+            for (rg, group) in footer.row_groups().iter().enumerate() {
+                let range = footer::chunk_span(group.column(leaf), meta.size)
+                    .map_err(|e| problem(format!("row group {rg}: {e}")))?;
+                let bytes = fetch(range).await.map_err(|e| match e {
+                    FooterError::Storage(e) => SourceError::Storage(e),
+                    FooterError::Parquet(e) => problem(e.to_string()),
+                })?;
+                let read = members::read(meta.size, group, leaf, bytes).map_err(|cause| {
+                    problem(format!("row group {rg}, member column {column:?}: {cause}"))
+                })?;
+                held += read
+                    .iter()
+                    .flatten()
+                    .map(|b| b.len() as u64 + 32)
+                    .sum::<u64>();
+                if held > members::MAX_MEMBER_BYTES {
+                    return Err(problem(format!(
+                        "its member columns hold more than {} MiB, held in memory for the \
+                         run: name fewer or smaller columns",
+                        members::MAX_MEMBER_BYTES >> 20
+                    )));
+                }
+                values.extend(read);
+            }
+            out.push((Arc::from(column.as_str()), values));
+        }
+        Ok(out)
     }
 
     /// A Parquet file held in memory, read as the loader reads it: the dataset it opens
@@ -400,6 +485,10 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
             file.columns.image,
             file.meta.size,
             file.units.clone(),
+            pages::RowMembers {
+                group_starts: file.group_starts.clone(),
+                columns: file.members.clone(),
+            },
         ));
         let records: Arc<dyn loader_scheduler::Records> = column;
         if file.cut == Cut::ColumnChunks {

@@ -153,6 +153,15 @@ fn dictionary_pages(chunk: &ColumnChunkMetaData, before_first_page: bool) -> Opt
     Some(pages)
 }
 
+/// The member columns' values of a file's rows, handed with each row's image.
+#[derive(Debug, Default)]
+pub(super) struct RowMembers {
+    /// Row of the file each row group starts at.
+    pub(super) group_starts: Vec<u64>,
+    /// Each member column's name and values, by row of the file.
+    pub(super) columns: Vec<(Arc<str>, Vec<Option<Bytes>>)>,
+}
+
 /// A file's image column as the engine decodes it: any of its units into one record per
 /// row, each item naming its unit by its range and its row by its slot.
 #[derive(Debug)]
@@ -163,6 +172,7 @@ pub(super) struct ImageColumn {
     pub(super) units: Vec<Unit>,
     /// Indexes of `units` by range start (row groups need not be in byte order).
     by_start: Vec<usize>,
+    members: RowMembers,
 }
 
 impl ImageColumn {
@@ -171,6 +181,7 @@ impl ImageColumn {
         column: usize,
         size: u64,
         units: Vec<Unit>,
+        members: RowMembers,
     ) -> Self {
         let mut by_start: Vec<usize> = (0..units.len()).collect();
         by_start.sort_by_key(|&i| units[i].range.start);
@@ -180,6 +191,7 @@ impl ImageColumn {
             size,
             units,
             by_start,
+            members,
         }
     }
 
@@ -223,11 +235,25 @@ impl ImageColumn {
                  index does not describe the file"
             ));
         }
+        let first = self
+            .members
+            .group_starts
+            .get(unit.row_group)
+            .map_or(0, |s| s + unit.rows.start) as usize;
         Ok(spread(values, &defs, max_def, count)?
             .into_iter()
-            .map(|v| Record {
+            .enumerate()
+            .map(|(i, v)| Record {
                 bytes: v.map(|v| Bytes::copy_from_slice(v.data())),
-                members: Vec::new(),
+                members: self
+                    .members
+                    .columns
+                    .iter()
+                    .filter_map(|(name, values)| {
+                        let value = values.get(first + i)?.clone()?;
+                        Some((Arc::clone(name), value))
+                    })
+                    .collect(),
                 label: None,
             })
             .collect())
