@@ -3,8 +3,9 @@
 //!
 //! Rooms: one file per command (`run`, `index`, `pack`; with the default `tools` feature `gen_data`,
 //! `serve`, `bench` and its `report`), below them `options` (the loader flags `run` and
-//! `bench` share, over the library's `LoaderOptions`) and `progress` (what a command shows
-//! while it works).
+//! `bench` share, over the library's `LoaderOptions`), `progress` (what a command shows
+//! while it works) and `hf_parquet` (Parquet files in Hugging Face's layout, which `pack` and
+//! the generator write).
 
 #[cfg(feature = "tools")]
 mod bench;
@@ -14,6 +15,7 @@ mod gen_data;
 mod gen_mds;
 #[cfg(feature = "tools")]
 mod gen_parquet;
+mod hf_parquet;
 mod index;
 mod options;
 mod pack;

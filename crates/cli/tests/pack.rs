@@ -472,3 +472,83 @@ fn samples_left_out_count_against_one_budget_across_runs_and_are_listed_once() {
     assert_eq!(left_out, [5, 25, 50]);
     assert_eq!(packed_samples(&three).len(), 57);
 }
+
+/// Every sample of the dataset in `dir` as the loader reads it: index → (bytes, class).
+fn loaded(dir: &Path) -> BTreeMap<u64, (Vec<u8>, i64)> {
+    use loader_core::{DataLoader, RawBatch, SampleInfo};
+    type Seen = (u64, Vec<u8>, i64);
+    let dataset = open(dir);
+    let mut loader = DataLoader::builder(store(dir), dataset)
+        .map(
+            |bytes: bytes::Bytes, info: &SampleInfo| {
+                Ok((info.index, bytes.to_vec(), info.label.class().unwrap_or(-1)))
+            },
+            |raw: RawBatch<Seen>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect::<Vec<_>>()),
+        )
+        .batch_size(16)
+        .build()
+        .unwrap();
+    let mut out = BTreeMap::new();
+    for (index, bytes, label) in loader.by_ref().flat_map(|b| b.unwrap()) {
+        assert!(
+            out.insert(index, (bytes, label)).is_none(),
+            "sample {index} twice"
+        );
+    }
+    out
+}
+
+#[test]
+fn a_pack_as_parquet_reads_back_as_the_source_and_resumes_to_the_same_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    image_folder(&src, 60, 3, true);
+    let whole = dir.path().join("whole");
+    let out = pack_small(&src, &whole, &["--format", "parquet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = files(&whole);
+    let parquet: Vec<&String> = want.keys().filter(|n| n.ends_with(".parquet")).collect();
+    assert!(parquet.len() > 2, "several files: {:?}", want.keys());
+    assert!(
+        !want.keys().any(|n| n.ends_with(".idx.json")),
+        "no sidecars for Parquet"
+    );
+    // Opened by its folder as Parquet: the classes from datasets' ClassLabel metadata, each
+    // sample once in source order, its bytes and class those of the source.
+    let source = open(&src);
+    let packed = open(&whole);
+    assert!(!packed.shards().is_empty());
+    assert_eq!(packed.classes(), source.classes());
+    let got = loaded(&whole);
+    assert_eq!(got.len(), 60);
+    for (i, item) in source.items().iter().enumerate() {
+        let (bytes, label) = &got[&(i as u64)];
+        assert!(*bytes == bytes_of(&src, item), "sample {i}: the same bytes");
+        assert_eq!(*label, item.label.class().unwrap(), "sample {i}: its class");
+    }
+    // Stopped with a file half written and run again: the files of an uninterrupted pack.
+    let resumed = dir.path().join("resumed");
+    let out = pack_small(
+        &src,
+        &resumed,
+        &["--format", "parquet", "--stop-after-shards", "2"],
+    );
+    assert!(!out.status.success());
+    std::fs::write(resumed.join("shard-000002.parquet.partial"), b"half a file").unwrap();
+    let out = pack_small(&src, &resumed, &["--format", "parquet"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(files(&resumed) == want, "the resumed pack's files differ");
+    // The other format into the same place: refused, naming it.
+    let out = pack_small(&src, &resumed, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("format: parquet → webdataset"), "{err}");
+}

@@ -3,7 +3,9 @@ Hugging Face's ``datasets`` uses (an ``image`` struct of bytes and path, a ``lab
 file ``datasets`` itself wrote (the Rust tests' fixture), read over S3 and checked against
 what pyarrow reads back and PIL decodes; MDS shards written by MosaicML Streaming's
 MDSWriter and LitData chunks written by ``litdata.optimize`` (the Rust tests' fixtures),
-checked against what those libraries read back."""
+checked against what those libraries read back; and ``loader pack --format parquet``'s
+files, read by pyarrow as ``datasets`` would read them, and images as paths beside a file
+``datasets`` wrote, read by the package."""
 
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ import pytest
 from PIL import Image
 
 import loader_ml
-from conftest import WORKSPACE, Server
+import subprocess
+
+from conftest import WORKSPACE, Server, binary
 
 FIXTURES = WORKSPACE / "crates/core/tests/fixtures/parquet"
 MDS = WORKSPACE / "crates/core/tests/fixtures/mds"
@@ -137,3 +141,51 @@ def test_litdata_chunks_of_rows_without_images_are_refused() -> None:
     with pytest.raises(Exception) as caught:
         loader_ml.DataLoader(str(LITDATA / "arrow" / "index.json"), batch_size=4)
     assert "Arrow table" in str(caught.value) and "chunk-0-0.bin" in str(caught.value)
+
+
+def test_a_parquet_pack_is_read_by_pyarrow_as_datasets_reads_it(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for i in range(12):
+        cls = src / f"class{i % 3}"
+        cls.mkdir(parents=True, exist_ok=True)
+        (cls / f"{i:03d}.jpg").write_bytes(jpeg(i))
+    dst = tmp_path / "packed"
+    subprocess.run([str(binary("loader")), "pack", str(src), str(dst), "--format", "parquet",
+                    "--shard-size", "8KiB"], check=True, capture_output=True)
+    files = sorted(dst.glob("*.parquet"))
+    assert len(files) > 1
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    # The folder's samples in its order (classes, then files, sorted): row by row.
+    want = sorted(src.rglob("*.jpg"))
+    assert table.num_rows == len(want) == 12
+    for row, (image, label) in enumerate(zip(table.column("image").to_pylist(),
+                                             table.column("label").to_pylist())):
+        assert image["path"] == f"{row:09d}.jpg"
+        assert image["bytes"] == want[row].read_bytes(), row
+        assert f"class{label}" == want[row].parent.name, row
+    # What datasets reads its features from.
+    meta = json.loads(pq.ParquetFile(files[0]).schema_arrow.metadata[b"huggingface"])
+    features = meta["info"]["features"]
+    assert features["image"] == {"_type": "Image"}
+    assert features["label"] == {"names": ["class0", "class1", "class2"], "_type": "ClassLabel"}
+    # And the package reads the pack back: the same classes, every sample once.
+    packed = loader_ml.Dataset(str(dst))
+    assert packed.classes == ["class0", "class1", "class2"] and len(packed) == 12
+
+
+def test_images_stored_as_paths_beside_the_file_are_read(tmp_path: Path) -> None:
+    # The Rust tests' fixture: datasets' to_parquet of a dataset built from image files.
+    shutil.copytree(FIXTURES / "paths", tmp_path / "paths")
+    ds = loader_ml.Dataset(str(tmp_path / "paths" / "hf-paths.parquet"))
+    assert ds.classes == ["cat", "dog", "fox"] and len(ds) == 40
+    # Images of several sizes: one per batch, uncropped; pixels as PIL decodes the file.
+    loader = loader_ml.DataLoader(str(tmp_path / "paths" / "hf-paths.parquet"), batch_size=1,
+                                  shuffle=True, output="numpy")
+    labels = {}
+    for batch in loader:
+        for index, label, pixels in zip(batch.indices, batch.labels, batch.images):
+            labels[int(index)] = int(label)
+            path = tmp_path / "paths" / "images" / f"img{int(index):03d}.jpg"
+            reference = numpy.asarray(Image.open(path).convert("RGB"))
+            assert numpy.array_equal(pixels, reference), index
+    assert labels == {i: i % 3 for i in range(40)}

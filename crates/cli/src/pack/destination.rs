@@ -111,7 +111,8 @@ impl Destination {
                 let entry = entry?;
                 let name = entry.file_name();
                 let name = name.to_string_lossy();
-                let shard = name.starts_with("shard-") && name.ends_with(".tar.partial");
+                let shard = name.starts_with("shard-")
+                    && (name.ends_with(".tar.partial") || name.ends_with(".parquet.partial"));
                 // A temporary file's name: `.tmp` and six random characters.
                 let temporary = name.starts_with(".tmp") && name.len() == 10;
                 if shard || temporary {
@@ -122,32 +123,42 @@ impl Destination {
         Ok(())
     }
 
-    /// Publishes the whole shard staged at `partial` as `name`, then its sidecar index.
-    pub fn publish(&self, partial: &Path, name: &str) -> Result {
+    /// Publishes the whole shard staged at `partial` as `name`, then (`sidecar`: a
+    /// WebDataset shard) its sidecar index.
+    pub fn publish(&self, partial: &Path, name: &str, sidecar: bool) -> Result {
         let staged = self.staging().join(name);
         std::fs::rename(partial, &staged)?;
-        let mut index = self.index(name)?;
+        let written = std::fs::metadata(&staged)?.len();
+        let mut index = if sidecar {
+            Some(self.index(name)?)
+        } else {
+            None
+        };
         match &self.kind {
             Kind::Local { dir } => {
-                write_atomically(
-                    &dir.join(format!("{name}{SIDECAR_SUFFIX}")),
-                    &index.to_json(),
-                )?;
+                if let Some(index) = index {
+                    write_atomically(
+                        &dir.join(format!("{name}{SIDECAR_SUFFIX}")),
+                        &index.to_json(),
+                    )?;
+                }
             }
             Kind::Remote { put, read, .. } => self.runtime.block_on(async {
                 put.put_file(name, &staged).await?;
                 // The sidecar holds the uploaded object's version, as a reader will see it.
                 let meta = read.head(name).await?;
-                if meta.size != index.size {
+                if meta.size != written {
                     return Err(format!(
-                        "{name} was uploaded as {} bytes; {} were written",
-                        meta.size, index.size
+                        "{name} was uploaded as {} bytes; {written} were written",
+                        meta.size
                     )
                     .into());
                 }
-                index.version = meta.version;
-                put.put(&format!("{name}{SIDECAR_SUFFIX}"), index.to_json().into())
-                    .await?;
+                if let Some(index) = &mut index {
+                    index.version = meta.version;
+                    put.put(&format!("{name}{SIDECAR_SUFFIX}"), index.to_json().into())
+                        .await?;
+                }
                 std::fs::remove_file(&staged)?;
                 Ok::<_, Box<dyn std::error::Error>>(())
             })?,

@@ -1,6 +1,7 @@
 //! `loader pack SRC DST`: write any dataset the loader reads (an ImageFolder, a manifest,
 //! WebDataset shards, Parquet files, MDS or LitData chunks) as WebDataset shards with their
-//! sidecar indexes, optionally re-encoded with the shorter side at most N px, into a local
+//! sidecar indexes (`tar_shard`) or as Parquet files in Hugging Face's layout
+//! (`parquet_shard`), optionally re-encoded with the shorter side at most N px, into a local
 //! directory or a store (S3, ...).
 //!
 //! Samples are read by the loader itself, in index order, the re-encode on its CPU pool
@@ -11,14 +12,18 @@
 //! names and bytes), so no sample is lost or written twice.
 
 mod destination;
+mod parquet_shard;
 mod reencode;
+mod shard;
+mod tar_shard;
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use destination::{Destination, is_remote};
+use parquet_shard::ParquetShard;
 use reencode::reencode;
+use shard::{Format, Packable, ShardFile};
+use tar_shard::TarShard;
 
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -40,7 +45,8 @@ const PACK_FORMAT: &str = "loader-pack/1";
 /// Samples handed from the loader at a time.
 const BATCH: usize = 64;
 
-/// Write a dataset as WebDataset shards with sidecar indexes, optionally resized.
+/// Write a dataset as WebDataset shards with sidecar indexes (or Parquet files),
+/// optionally resized.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The dataset: any URL `loader run` reads (an ImageFolder, `.tar` shards, `.parquet`
@@ -50,6 +56,10 @@ pub struct Args {
     /// URL (`s3://bucket/prefix`; large shards uploaded in parts, each shard whole or not
     /// at all).
     dst: String,
+    /// What the shards are: WebDataset `.tar` with sidecar indexes, or Parquet files in
+    /// Hugging Face's layout (an image struct of bytes and path, a ClassLabel label).
+    #[arg(long, value_enum, default_value = "webdataset")]
+    format: Format,
     /// Start a new shard once one holds this much, e.g. 256MiB or 1GB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "256MiB")]
     shard_size: u64,
@@ -91,6 +101,7 @@ impl Args {
         Self {
             src: src.to_string_lossy().into_owned(),
             dst: dst.to_string_lossy().into_owned(),
+            format: Format::Webdataset,
             shard_size,
             resize: Some(px),
             quality: None,
@@ -109,6 +120,9 @@ impl Args {
 struct Settings {
     /// The source's URL, its credentials redacted.
     source: String,
+    /// What the shards are (packs recorded before Parquet were WebDataset).
+    #[serde(default = "webdataset")]
+    format: String,
     samples: u64,
     shard_size: u64,
     resize: Option<u32>,
@@ -131,6 +145,7 @@ impl Settings {
             }
         };
         differ("source", self.source.clone(), now.source.clone());
+        differ("format", self.format.clone(), now.format.clone());
         differ("samples", self.samples.to_string(), now.samples.to_string());
         differ(
             "shard size",
@@ -172,6 +187,10 @@ impl Settings {
         }
         out
     }
+}
+
+fn webdataset() -> String {
+    Format::Webdataset.name().to_owned()
 }
 
 /// `n shards`, or `1 shard`.
@@ -239,14 +258,6 @@ struct Skipped {
     error: String,
 }
 
-/// One sample as written: its index, its image's bytes and extension, its class.
-struct Packable {
-    index: u64,
-    image: Bytes,
-    extension: &'static str,
-    class: Option<i64>,
-}
-
 pub fn main(args: Args) -> Result {
     let options = parse_store_options(&args.options)?;
     // Options are for stores; a local directory takes none.
@@ -295,6 +306,7 @@ pub fn main(args: Args) -> Result {
             Some(rest) => format!("{source}{rest}"),
             None => args.src.clone(),
         }),
+        format: args.format.name().to_owned(),
         samples: dataset.len() as u64,
         shard_size: args.shard_size,
         resize: args.resize,
@@ -304,7 +316,8 @@ pub fn main(args: Args) -> Result {
         label_column: args.label_column.clone(),
         classes: dataset.classes().to_vec(),
     };
-    if !dataset.has_labels() {
+    let labelled = dataset.has_labels();
+    if !labelled && args.format == Format::Webdataset {
         eprintln!(
             "{} has no labels: the shards hold images alone, without .cls members (read them \
              with fields, e.g. fields=[\"jpg\"] in Python)",
@@ -388,7 +401,7 @@ pub fn main(args: Args) -> Result {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_position(next);
-    let mut shard: Option<ShardWriter> = None;
+    let mut shard: Option<Box<dyn ShardFile>> = None;
     let mut written_now = 0usize;
     // Samples left out, recorded with the shard whose span holds them.
     let mut pending: Vec<Skipped> = Vec::new();
@@ -402,17 +415,28 @@ pub fn main(args: Args) -> Result {
         for (info, sample) in raw.samples {
             let writer = match &mut shard {
                 Some(w) => w,
-                None => shard.insert(ShardWriter::create(
-                    dst.staging(),
-                    packed.shards.len(),
-                    info.index,
-                )?),
+                None => {
+                    let (number, first) = (packed.shards.len(), info.index);
+                    let created: Box<dyn ShardFile> = match args.format {
+                        Format::Webdataset => {
+                            Box::new(TarShard::create(dst.staging(), number, first)?)
+                        }
+                        Format::Parquet => Box::new(ParquetShard::create(
+                            dst.staging(),
+                            number,
+                            first,
+                            labelled,
+                            &packed.settings.classes,
+                        )?),
+                    };
+                    shard.insert(created)
+                }
             };
             writer.append(&sample)?;
-            if writer.bytes >= args.shard_size {
+            if writer.bytes() >= args.shard_size {
                 if let Some(done) = shard.take() {
                     let end = info.index + 1;
-                    packed.shards.push(done.finish(&dst, end)?);
+                    packed.shards.push(finish(done, &dst, end, args.format)?);
                     let (before, after) = pending.into_iter().partition(|s| s.index < end);
                     packed.skipped.extend::<Vec<Skipped>>(before);
                     pending = after;
@@ -440,7 +464,7 @@ pub fn main(args: Args) -> Result {
         bar.set_message(format!("{} shards", packed.shards.len()));
     }
     if let Some(last) = shard.take() {
-        packed.shards.push(last.finish(&dst, total)?);
+        packed.shards.push(finish(last, &dst, total, args.format)?);
     }
     packed.skipped.append(&mut pending);
     packed.complete = true;
@@ -516,72 +540,21 @@ fn record(dst: &Destination, packed: &Packed) -> Result {
     dst.write(PACK_FILE, text)
 }
 
-/// The shard being written, under its `.partial` name.
-struct ShardWriter {
-    name: String,
-    partial: PathBuf,
-    tar: tar::Builder<BufWriter<File>>,
-    first: u64,
-    samples: u64,
-    bytes: u64,
-}
-
-impl ShardWriter {
-    fn create(staging: &Path, number: usize, first: u64) -> Result<Self> {
-        let name = format!("shard-{number:06}.tar");
-        let partial = staging.join(format!("{name}.partial"));
-        let file = File::create(&partial)
-            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
-        Ok(Self {
-            name,
-            partial,
-            tar: tar::Builder::new(BufWriter::new(file)),
-            first,
-            samples: 0,
-            bytes: 0,
-        })
-    }
-
-    /// A sample's members, named by its source index so every run names it the same.
-    fn append(&mut self, sample: &Packable) -> Result {
-        let key = format!("{:09}", sample.index);
-        self.member(&format!("{key}.{}", sample.extension), &sample.image)?;
-        if let Some(class) = sample.class {
-            self.member(&format!("{key}.cls"), class.to_string().as_bytes())?;
-        }
-        self.samples += 1;
-        Ok(())
-    }
-
-    fn member(&mut self, name: &str, data: &[u8]) -> Result {
-        let mut header = tar::Header::new_ustar();
-        header.set_size(data.len() as u64);
-        header.set_mode(0o644);
-        // No time: a rerun writes the same bytes.
-        header.set_mtime(0);
-        header.set_entry_type(tar::EntryType::Regular);
-        self.tar.append_data(&mut header, name, data)?;
-        // A header and the data padded to blocks of 512.
-        self.bytes += 512 + (data.len() as u64).div_ceil(512) * 512;
-        Ok(())
-    }
-
-    /// The shard closed, synced and published with its index; `end` is the source index
-    /// after its last.
-    fn finish(self, dst: &Destination, end: u64) -> Result<ShardDone> {
-        let mut out = self.tar.into_inner()?;
-        out.flush()?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        let bytes = file.metadata()?.len();
-        drop(file);
-        dst.publish(&self.partial, &self.name)?;
-        Ok(ShardDone {
-            name: self.name,
-            first: self.first,
-            end,
-            samples: self.samples,
-            bytes,
-        })
-    }
+/// The shard closed and published (with its sidecar index when it is WebDataset's); `end`
+/// is the source index after its last.
+fn finish(
+    shard: Box<dyn ShardFile>,
+    dst: &Destination,
+    end: u64,
+    format: Format,
+) -> Result<ShardDone> {
+    let closed = shard.close()?;
+    dst.publish(&closed.partial, &closed.name, format == Format::Webdataset)?;
+    Ok(ShardDone {
+        name: closed.name,
+        first: closed.first,
+        end,
+        samples: closed.samples,
+        bytes: closed.bytes,
+    })
 }

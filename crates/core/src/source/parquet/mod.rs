@@ -635,7 +635,10 @@ where
             .column(image)
             .statistics()
             .and_then(|s| s.null_count_opt());
-        if rows == 0 || nulls == Some(0) {
+        // Without a null count (a writer that keeps no statistics) the images are taken
+        // to be embedded, as they nearly always are: telling would cost reading the image
+        // column at open. A null image is then an error naming its row, when it is read.
+        if rows == 0 || nulls.is_none_or(|n| n == 0) {
             continue;
         }
         let paths = columns::read_values(meta.size, group, path, read(rg, path).await?)

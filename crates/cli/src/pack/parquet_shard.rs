@@ -1,0 +1,106 @@
+//! A Parquet shard in Hugging Face's layout (`hf_parquet`): a row per sample, its image's
+//! `path` the name a WebDataset pack would give it, row groups of at most 1024 rows or
+//! 64 MiB, held in memory until written.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::shard::{Closed, Packable, ShardFile, sync};
+use crate::Result;
+use crate::hf_parquet::{HfWriter, Row, features, properties};
+
+/// Rows of a row group at most.
+const GROUP_ROWS: usize = 1024;
+/// Image bytes of a row group at most (the memory a shard being written holds).
+const GROUP_BYTES: u64 = 64 << 20;
+
+/// The shard being written, under its `.partial` name.
+pub struct ParquetShard {
+    name: String,
+    partial: PathBuf,
+    writer: HfWriter<BufWriter<File>>,
+    group: Vec<Row>,
+    group_bytes: u64,
+    first: u64,
+    samples: u64,
+    bytes: u64,
+}
+
+impl ParquetShard {
+    /// Shard `number` in `staging`, whose first sample is source index `first`; with a
+    /// label column when `labelled`, its `classes` named in the metadata as `datasets`'
+    /// `ClassLabel`.
+    pub fn create(
+        staging: &Path,
+        number: usize,
+        first: u64,
+        labelled: bool,
+        classes: &[String],
+    ) -> Result<Self> {
+        let name = format!("shard-{number:06}.parquet");
+        let partial = staging.join(format!("{name}.partial"));
+        let file = File::create(&partial)
+            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+        let props = properties(true)
+            .set_key_value_metadata(Some(vec![features(labelled, classes)]))
+            .build();
+        Ok(Self {
+            name,
+            partial,
+            writer: HfWriter::new(BufWriter::new(file), props, labelled)?,
+            group: Vec::new(),
+            group_bytes: 0,
+            first,
+            samples: 0,
+            bytes: 0,
+        })
+    }
+
+    fn flush(&mut self) -> Result {
+        if !self.group.is_empty() {
+            self.writer.write_group(std::mem::take(&mut self.group))?;
+            self.group_bytes = 0;
+        }
+        Ok(())
+    }
+}
+
+impl ShardFile for ParquetShard {
+    fn append(&mut self, sample: &Packable) -> Result {
+        let path = format!("{:09}.{}", sample.index, sample.extension);
+        // The row's bytes and its page and index entries, about.
+        let size = (sample.image.len() + path.len()) as u64 + 32;
+        self.group.push(Row {
+            image: sample.image.to_vec(),
+            path,
+            label: sample.class,
+        });
+        self.group_bytes += size;
+        self.bytes += size;
+        self.samples += 1;
+        if self.group.len() >= GROUP_ROWS || self.group_bytes >= GROUP_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn close(mut self: Box<Self>) -> Result<Closed> {
+        self.flush()?;
+        let this = *self;
+        let mut out = this.writer.finish()?;
+        out.flush()?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        Ok(Closed {
+            bytes: sync(file)?,
+            name: this.name,
+            partial: this.partial,
+            first: this.first,
+            samples: this.samples,
+        })
+    }
+}
