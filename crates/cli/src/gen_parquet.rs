@@ -67,7 +67,7 @@ fn write_file(
                 size: bytes.len() as u64,
             });
             rows.push(Row {
-                image: bytes,
+                image: bytes.into(),
                 path: key,
                 label: Some(label as i64),
             });

@@ -35,7 +35,7 @@ const SCHEMA_UNLABELLED: &str = "message schema {
 
 /// One row: an image, the name `datasets` keeps beside it, its class if it has one.
 pub struct Row {
-    pub image: Vec<u8>,
+    pub image: bytes::Bytes,
     pub path: String,
     pub label: Option<i64>,
 }
@@ -53,6 +53,9 @@ pub fn properties(page_index: bool) -> WriterPropertiesBuilder {
         // A page ends once it holds about the limit: checked every few rows.
         .set_write_batch_size(4)
         .set_offset_index_disabled(!page_index)
+        // Not the parquet crate's version: a pack resumed by a later build writes the same
+        // bytes.
+        .set_created_by("loader".to_owned())
 }
 
 /// The `huggingface` metadata `datasets` reads a file's features from: an `Image` column

@@ -538,6 +538,19 @@ fn a_pack_as_parquet_reads_back_as_the_source_and_resumes_to_the_same_files() {
         &["--format", "parquet", "--stop-after-shards", "2"],
     );
     assert!(!out.status.success());
+    // Read as it is, the unfinished pack would be a dataset of the samples packed so far.
+    let err = Dataset::open_blocking(
+        &resumed.to_string_lossy(),
+        &store(&resumed),
+        None,
+        &Formats::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("an unfinished pack") && err.contains("loader pack again"),
+        "{err}"
+    );
     std::fs::write(resumed.join("shard-000002.parquet.partial"), b"half a file").unwrap();
     let out = pack_small(&src, &resumed, &["--format", "parquet"]);
     assert!(

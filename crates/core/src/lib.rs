@@ -87,7 +87,7 @@ pub use options::{
 };
 pub use source::{
     CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member,
-    ShardLayout, Source, SourceError,
+    PACK_FILE, ShardLayout, Source, SourceError,
 };
 pub use source::{Formats, litdata, mds, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};

@@ -310,19 +310,28 @@ fn a_second_open_reads_nothing_from_the_store_until_the_file_changes() {
         ["pa-zstd-plain.parquet", "hf-datasets.parquet"],
         "after a rewrite",
     );
-    // A cache file that is not one of ours (damaged, cut short) is read past, not trusted.
-    for entry in std::fs::read_dir(cache.path().join("parquet-footer")).unwrap() {
-        let path = entry.unwrap().path();
-        let bytes = std::fs::read(&path).unwrap();
-        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    // A cache file that is not one of ours (cut short, or a byte of its spans changed) is
+    // read past, not trusted.
+    for damage in ["cut", "flipped"] {
+        for entry in std::fs::read_dir(cache.path().join("parquet-footer")).unwrap() {
+            let path = entry.unwrap().path();
+            let mut bytes = std::fs::read(&path).unwrap();
+            if damage == "cut" {
+                bytes.truncate(bytes.len() / 2);
+            } else {
+                let last = bytes.len() - 100;
+                bytes[last] ^= 0x01;
+            }
+            std::fs::write(&path, &bytes).unwrap();
+        }
+        let (fourth, read) = gets(&|| parquet.load_blocking(&store, &keys).unwrap());
+        assert!(read >= 2, "{damage} cache files: {read} GETs");
+        read_all(
+            &fourth,
+            ["pa-zstd-plain.parquet", "hf-datasets.parquet"],
+            damage,
+        );
     }
-    let (fourth, read) = gets(&|| parquet.load_blocking(&store, &keys).unwrap());
-    assert!(read >= 2, "damaged cache files: {read} GETs");
-    read_all(
-        &fourth,
-        ["pa-zstd-plain.parquet", "hf-datasets.parquet"],
-        "damaged cache",
-    );
 }
 
 /// Copies `from` (files and folders) into `to`.
@@ -402,6 +411,27 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     // two more than the 40 (a cause not pinned down); two per image would be 80.
     let gets = proxy.stats().gets - before;
     assert!((40..48).contains(&gets), "a GET per image: {gets}");
+    // The file without its images beside it (datasets wrote paths relative to where it
+    // ran): an error at open naming the row, the key and where paths are read from.
+    let bare = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root.join("hf-paths.parquet"),
+        bare.path().join("hf-paths.parquet"),
+    )
+    .unwrap();
+    let err = Parquet::new()
+        .cache_dir(None)
+        .load_blocking(&local(bare.path()), &["hf-paths.parquet".into()])
+        .unwrap_err()
+        .to_string();
+    for part in [
+        "hf-paths.parquet",
+        "row 0",
+        "images/img000.jpg",
+        "Parquet file's folder",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
     // Absolute paths to images on no store the dataset is opened on: an error naming the
     // file, the row and the path, at open.
     let err = Parquet::new()
@@ -419,13 +449,16 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     }
 }
 
+/// A sample as delivered with its members: (index, label, members as text).
+type WithMembers = (u64, i64, Vec<(String, String)>);
+
 #[test]
 fn member_columns_are_handed_to_the_stage_with_each_row() {
     let store = local(&fixtures());
     let file = vec!["pa-binary-names.parquet".to_owned()];
     let dataset = Parquet::new()
         .cache_dir(None)
-        .member_columns(["caption"])
+        .member_columns(["caption", "id"])
         .load_blocking(&store, &file)
         .unwrap();
     let mut loader = DataLoader::builder(Arc::clone(&store), dataset.clone())
@@ -436,9 +469,9 @@ fn member_columns_are_handed_to_the_stage_with_each_row() {
                     .iter()
                     .map(|(n, b)| (n.to_string(), String::from_utf8(b.to_vec()).unwrap()))
                     .collect();
-                Ok((info.label.class().unwrap(), members))
+                Ok((info.index, info.label.class().unwrap(), members))
             },
-            |raw: RawBatch<(i64, Vec<(String, String)>)>| {
+            |raw: RawBatch<WithMembers>| {
                 Ok(raw.samples.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
             },
         )
@@ -448,10 +481,15 @@ fn member_columns_are_handed_to_the_stage_with_each_row() {
         .unwrap();
     let seen: Vec<_> = loader.by_ref().flat_map(|b| b.unwrap()).collect();
     assert_eq!(seen.len(), 40);
-    for (label, members) in seen {
-        // make.py: "a picture of a <class>" beside each row's class.
+    for (index, label, members) in seen {
+        // make.py: "a picture of a <class>" beside each row's class, and the row's id.
         let caption = format!("a picture of a {}", CLASSES[label as usize]);
-        assert_eq!(members, [("caption".to_owned(), caption)]);
+        let id = ("id".to_owned(), index.to_string());
+        assert_eq!(
+            members,
+            [("caption".to_owned(), caption), id],
+            "row {index}"
+        );
     }
     // Numbers as text: the label column of another file, read as a member.
     let numbers = Parquet::new()
@@ -469,7 +507,9 @@ fn member_columns_are_handed_to_the_stage_with_each_row() {
         )
         .build()
         .unwrap();
-    for (index, value) in loader.by_ref().flat_map(|b| b.unwrap()) {
+    let numbers: Vec<(u64, Bytes)> = loader.by_ref().flat_map(|b| b.unwrap()).collect();
+    assert_eq!(numbers.len(), 40);
+    for (index, value) in numbers {
         assert_eq!(value, (index % 3).to_string().as_bytes(), "row {index}");
     }
     // Refused, with the reason: a missing column, the image or label column, members of

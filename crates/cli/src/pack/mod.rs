@@ -30,8 +30,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::decoder::Pipeline;
 use loader_core::storage::redact;
 use loader_core::{
-    CLASSES_FILE, DataLoader, ErrorPolicy, Label, LoaderState, Manifest, RawBatch, SampleInfo,
-    from_url, store_url,
+    CLASSES_FILE, DataLoader, ErrorPolicy, Label, LoaderState, Manifest, PACK_FILE, RawBatch,
+    SampleInfo, from_url, store_url,
 };
 use serde::{Deserialize, Serialize};
 
@@ -39,8 +39,6 @@ use crate::Result;
 use crate::options::{parse_size, parse_store_options};
 use crate::progress::open_dataset;
 
-/// The file that records a pack's settings and finished shards.
-pub const PACK_FILE: &str = "pack.json";
 const PACK_FORMAT: &str = "loader-pack/1";
 /// Samples handed from the loader at a time.
 const BATCH: usize = 64;
@@ -335,7 +333,9 @@ pub fn main(args: Args) -> Result {
         );
         return Ok(());
     }
-    if !packed.settings.classes.is_empty() {
+    // Parquet files name their classes in their metadata (and `datasets` reading the
+    // folder would take a classes.txt for data).
+    if !packed.settings.classes.is_empty() && args.format == Format::Webdataset {
         let mut text = packed.settings.classes.join("\n");
         text.push('\n');
         dst.write(CLASSES_FILE, text.into_bytes())?;

@@ -72,7 +72,7 @@ impl ShardFile for ParquetShard {
         // The row's bytes and its page and index entries, about.
         let size = (sample.image.len() + path.len()) as u64 + 32;
         self.group.push(Row {
-            image: sample.image.to_vec(),
+            image: sample.image.clone(),
             path,
             label: sample.class,
         });

@@ -910,11 +910,17 @@ fn arrange(
 /// Whether `data`'s samples share their stored spans with others (Parquet pages,
 /// compressed shards), so each is best read with its chunk.
 fn shares_spans(data: &Dataset) -> bool {
-    !data.shards().is_empty()
-        && data
-            .items()
+    // A shard's samples are stored alike: its first sample in its own object says, past
+    // any read as objects of their own (a Parquet row whose image is a path).
+    data.shards().iter().any(|shard| {
+        shard
+            .chunks
             .iter()
-            .any(|item| item.record.as_ref().is_some_and(|r| r.shared))
+            .filter_map(|c| data.get(c.start))
+            .find(|item| item.key == shard.key)
+            .and_then(|item| item.record.as_ref())
+            .is_some_and(|r| r.shared)
+    })
 }
 
 /// The most samples a chunk of `data` holds.

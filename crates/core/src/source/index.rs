@@ -14,6 +14,10 @@ use super::error::{Result, SourceError};
 /// pack` writes them).
 pub const CLASSES_FILE: &str = "classes.txt";
 
+/// The record `loader pack` keeps beside the shards it writes: its settings, its shards,
+/// whether it is complete.
+pub const PACK_FILE: &str = "pack.json";
+
 /// One sample of a dataset: where its bytes are, and what it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Item {
@@ -117,8 +121,10 @@ impl Dataset {
         let mut chunk_of = vec![u32::MAX; items.len()];
         let mut placed = vec![false; items.len()];
         let mut spans = Vec::new();
-        let mut sizes = Vec::new();
+        let mut sizes: Vec<u32> = Vec::new();
         for shard in &shards {
+            // The shard's last chunk with a span, to join a piece of the same span to it.
+            let mut last: Option<u32> = None;
             for chunk in &shard.chunks {
                 // A sample stored outside its shard (a Parquet row whose image is another
                 // object) is a chunk of its own, read whole: ordered with its shard, with
@@ -156,8 +162,22 @@ impl Dataset {
                         None => s,
                     });
                 }
-                spans.push(span.unwrap_or(0..0));
+                let span = span.unwrap_or(0..0);
+                // A page split by rows read as objects of their own is one chunk again: the
+                // engine keeps it until its last row, not its first piece's.
+                if let Some(prev) = last
+                    && spans.get(prev as usize) == Some(&span)
+                {
+                    for i in chunk.clone() {
+                        chunk_of[i] = prev;
+                    }
+                    let size = &mut sizes[prev as usize];
+                    *size = size.saturating_add(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+                    continue;
+                }
+                spans.push(span);
                 sizes.push(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+                last = Some(id);
             }
         }
         Ok(Self {
@@ -313,4 +333,59 @@ pub(super) async fn heads(
         .try_collect()
         .await
         .map_err(SourceError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Dataset, Item, ShardLayout};
+    use std::sync::Arc;
+
+    fn page(key: &str, range: std::ops::Range<u64>) -> Item {
+        Item::ranged(key, range, 0)
+    }
+
+    #[test]
+    fn a_sample_of_another_object_is_a_chunk_of_its_own_and_a_split_span_one_chunk() {
+        let shard: Arc<str> = "a.parquet".into();
+        // A page's rows around a row read as another object, whole.
+        let items = vec![
+            page("a.parquet", 0..10),
+            Item::new("img/1.jpg", 0),
+            page("a.parquet", 0..10),
+        ];
+        let layout = ShardLayout {
+            key: Arc::clone(&shard),
+            chunks: vec![0..1, 1..2, 2..3],
+        };
+        let data = Dataset::from_shards(items.clone(), Vec::new(), vec![layout]).unwrap();
+        let (first, _) = data.chunk(0).unwrap();
+        assert_eq!(
+            data.chunk(2).unwrap().0,
+            first,
+            "the page's two pieces are one chunk"
+        );
+        assert_eq!(data.chunk_samples(first), 2);
+        assert!(
+            data.chunk(1).is_none(),
+            "the other object is read whole, in no chunk"
+        );
+        // Listed twice, or a whole object of the shard's own key: refused.
+        for (chunks, items) in [
+            (vec![0..1, 1..2, 1..2, 2..3], items.clone()),
+            (
+                vec![0..1, 1..2, 2..3],
+                vec![
+                    page("a.parquet", 0..10),
+                    Item::new("a.parquet", 0),
+                    page("a.parquet", 0..10),
+                ],
+            ),
+        ] {
+            let layout = ShardLayout {
+                key: Arc::clone(&shard),
+                chunks,
+            };
+            assert!(Dataset::from_shards(items, Vec::new(), vec![layout]).is_err());
+        }
+    }
 }

@@ -25,7 +25,7 @@ pub mod webdataset;
 
 pub use error::SourceError;
 pub use extensions::IMAGE_EXTENSIONS;
-pub use index::{CLASSES_FILE, Dataset, Item, Member, ShardLayout};
+pub use index::{CLASSES_FILE, Dataset, Item, Member, PACK_FILE, ShardLayout};
 pub use manifest::{LabelKind, Manifest, ManifestFormat};
 pub use mixture::Source;
 pub(crate) use mixture::combine;

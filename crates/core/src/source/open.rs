@@ -7,7 +7,7 @@ use loader_storage::{DynStorage, Storage};
 
 use super::error::{Result, SourceError};
 use super::extensions::image_extension;
-use super::index::{CLASSES_FILE, Dataset};
+use super::index::{CLASSES_FILE, Dataset, PACK_FILE};
 use super::litdata::{LitData, is_litdata_index};
 use super::manifest::Manifest;
 use super::mds::{INDEX, Mds, is_mds_index};
@@ -150,6 +150,9 @@ impl Dataset {
             .list_all("")
             .await?;
         let shards = shards_of(&listed);
+        if listed.iter().any(|m| m.key == PACK_FILE) {
+            unfinished_pack(store).await?;
+        }
         // Image files make an ImageFolder, whatever else lies beside them (a `datasets`
         // imagefolder's metadata.parquet).
         let images = listed.iter().any(|m| image_extension(&m.key).is_some());
@@ -225,4 +228,35 @@ impl Dataset {
     ) -> Result<Dataset> {
         super::blocking::block_on_own_thread(|| Dataset::open(url, store, manifest, formats))
     }
+}
+
+/// Refuses the pack `loader pack` left unfinished in `store` (its `pack.json` says so):
+/// read as it is, it would be a dataset of the samples packed so far, silently.
+async fn unfinished_pack(store: &DynStorage) -> Result<()> {
+    let text = get_whole(store, PACK_FILE).await?;
+    let Ok(record) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        // Someone else's pack.json: not ours to judge.
+        return Ok(());
+    };
+    if record.get("complete") == Some(&serde_json::Value::Bool(false)) {
+        let samples = record
+            .pointer("/settings/samples")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_default();
+        let done = record
+            .get("shards")
+            .and_then(serde_json::Value::as_array)
+            .and_then(|s| s.last())
+            .and_then(|s| s.get("end"))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_default();
+        return Err(SourceError::List(
+            store.name().to_owned(),
+            format!(
+                "an unfinished pack ({PACK_FILE} records {done} of {samples} samples): run \
+                 the same loader pack again to finish it"
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::source::local_cache::{cache_path, write_atomically};
 
 /// The format tag of a cache file; one with another is not ours (or too new).
-const FORMAT: &str = "loader-parquet-spans/1";
+const FORMAT: &str = "loader-parquet-spans/2";
 
 /// Most bytes kept for one file: its footer and label column, not a share of its images
 /// (an open reads nothing else, but a file of millions of rows has a large label column).
@@ -24,16 +24,20 @@ const MAX_KEPT: u64 = 64 << 20;
 #[derive(Debug, Serialize, Deserialize)]
 struct Header {
     format: String,
+    store: String,
     file: String,
     size: u64,
     version: String,
     spans: Vec<[u64; 2]>,
+    /// xxh3 of the spans' bytes: a damaged file of the right length is not trusted.
+    checksum: u64,
 }
 
 /// The spans of one file read at open, from the cache and added to as the open reads more.
 #[derive(Debug)]
 pub(super) struct Spans {
     path: PathBuf,
+    store: String,
     meta: ObjectMeta,
     version: String,
     held: Mutex<Held>,
@@ -53,12 +57,16 @@ impl Spans {
     pub(super) fn load(dir: &Path, store: &str, meta: &ObjectMeta) -> Option<Self> {
         let version = meta.version.clone()?;
         let path = cache_path(dir, "parquet-footer", store, &meta.key, "bin");
-        let spans = std::fs::read(&path)
+        // Never more than a cache file can hold: a larger one is not ours.
+        let spans = std::fs::metadata(&path)
             .ok()
-            .and_then(|bytes| parse(Bytes::from(bytes), meta, &version))
+            .filter(|m| m.len() <= MAX_KEPT + (1 << 20))
+            .and_then(|_| std::fs::read(&path).ok())
+            .and_then(|bytes| parse(Bytes::from(bytes), store, meta, &version))
             .unwrap_or_default();
         Some(Self {
             path,
+            store: store.to_owned(),
             meta: meta.clone(),
             version,
             held: Mutex::new(Held {
@@ -97,29 +105,39 @@ impl Spans {
         if !held.added {
             return;
         }
+        let mut body = Vec::new();
+        for (_, bytes) in &held.spans {
+            body.extend_from_slice(bytes);
+        }
         let header = Header {
             format: FORMAT.to_owned(),
+            store: self.store.clone(),
             file: self.meta.key.clone(),
             size: self.meta.size,
             version: self.version.clone(),
             spans: held.spans.iter().map(|(r, _)| [r.start, r.end]).collect(),
+            checksum: xxhash_rust::xxh3::xxh3_64(&body),
         };
         let Ok(mut out) = serde_json::to_vec(&header) else {
             return;
         };
         out.push(b'\n');
-        for (_, bytes) in &held.spans {
-            out.extend_from_slice(bytes);
-        }
+        out.extend_from_slice(&body);
         let _ = write_atomically(&self.path, &out);
     }
 }
 
 /// The spans of a cache file, if it is one of ours for this file as it is now.
-fn parse(bytes: Bytes, meta: &ObjectMeta, version: &str) -> Option<Vec<(Range<u64>, Bytes)>> {
+fn parse(
+    bytes: Bytes,
+    store: &str,
+    meta: &ObjectMeta,
+    version: &str,
+) -> Option<Vec<(Range<u64>, Bytes)>> {
     let line = bytes.iter().position(|&b| b == b'\n')?;
     let header: Header = serde_json::from_slice(&bytes[..line]).ok()?;
     if header.format != FORMAT
+        || header.store != store
         || header.file != meta.key
         || header.size != meta.size
         || header.version != version
@@ -137,5 +155,6 @@ fn parse(bytes: Bytes, meta: &ObjectMeta, version: &str) -> Option<Vec<(Range<u6
         spans.push((start..end, bytes.slice(at..to)));
         at = to;
     }
-    (at == bytes.len()).then_some(spans)
+    let body_matches = xxhash_rust::xxh3::xxh3_64(&bytes[line + 1..]) == header.checksum;
+    (at == bytes.len() && body_matches).then_some(spans)
 }

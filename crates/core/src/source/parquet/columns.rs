@@ -264,6 +264,44 @@ pub(super) fn read_nulls(
     })
 }
 
+/// Every value of the `path` leaf `column` of an image struct in row group `rg` (`None`
+/// for a null), and how many rows have the whole struct null.
+pub(super) fn read_paths(
+    size: u64,
+    rg: &RowGroupMetaData,
+    column: usize,
+    bytes: Bytes,
+) -> Result<(Vec<Option<String>>, u64), String> {
+    without_panics(|| {
+        let (reader, descr, rows) = column_reader(size, rg, column, bytes)?;
+        let ColumnReader::ByteArrayColumnReader(mut reader) = reader else {
+            return Err("the image paths are not strings".into());
+        };
+        let mut defs = Vec::with_capacity(rows.min(1 << 16));
+        let values = read_all(&mut reader, rows, &mut defs)?;
+        // The struct is optional when the levels above the leaf's own hold one.
+        let leaf_optional =
+            descr.self_type().get_basic_info().repetition() == parquet::basic::Repetition::OPTIONAL;
+        let struct_optional = descr.max_def_level() - i16::from(leaf_optional) > 0;
+        let whole_nulls = if struct_optional {
+            defs.iter().filter(|&&d| d == 0).count() as u64
+        } else {
+            0
+        };
+        let paths = spread(values, &defs, descr.max_def_level(), rows)?
+            .into_iter()
+            .map(|v| {
+                v.map(|v| {
+                    String::from_utf8(v.data().to_vec())
+                        .map_err(|_| "an image path that is not UTF-8".to_owned())
+                })
+                .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((paths, whole_nulls))
+    })
+}
+
 fn read_values_of(
     size: u64,
     rg: &RowGroupMetaData,

@@ -4,7 +4,7 @@
 //! each image page would cost a request per column.
 
 use bytes::Bytes;
-use parquet::basic::{LogicalType, Type as PhysicalType};
+use parquet::basic::{ConvertedType, LogicalType, Type as PhysicalType};
 use parquet::column::reader::ColumnReader;
 use parquet::data_type::{ByteArray, DataType, FixedLenByteArray};
 use parquet::file::metadata::RowGroupMetaData;
@@ -44,15 +44,51 @@ pub(super) fn choose(
                      no sample, it is handed as the image or label already"
                 ));
             }
-            if descr.max_rep_level() > 0 || descr.physical_type() == PhysicalType::INT96 {
+            // Values whose text would not be what they mean (a decimal's unscaled
+            // integer, a date's day count) are refused, not handed out wrong.
+            let plain = match descr.logical_type_ref() {
+                None => matches!(
+                    descr.converted_type(),
+                    ConvertedType::NONE
+                        | ConvertedType::UTF8
+                        | ConvertedType::ENUM
+                        | ConvertedType::JSON
+                        | ConvertedType::INT_8
+                        | ConvertedType::INT_16
+                        | ConvertedType::INT_32
+                        | ConvertedType::INT_64
+                        | ConvertedType::UINT_8
+                        | ConvertedType::UINT_16
+                        | ConvertedType::UINT_32
+                        | ConvertedType::UINT_64
+                ),
+                Some(t) => matches!(
+                    t,
+                    LogicalType::Integer { .. }
+                        | LogicalType::String
+                        | LogicalType::Enum
+                        | LogicalType::Json
+                ),
+            };
+            let what = if descr.max_rep_level() > 0 {
+                Some("lists".to_owned())
+            } else if descr.physical_type() == PhysicalType::INT96 {
+                Some("INT96 timestamps".to_owned())
+            } else if !plain {
+                Some(format!(
+                    "{} values",
+                    descr.logical_type_ref().map_or_else(
+                        || format!("{:?}", descr.converted_type()),
+                        |t| format!("{t:?}")
+                    )
+                ))
+            } else {
+                None
+            };
+            if let Some(what) = what {
                 return Err(format!(
-                    "member column {name:?} holds {}: members are read from columns of one \
-                     number, string or binary value per row",
-                    if descr.max_rep_level() > 0 {
-                        "lists".to_owned()
-                    } else {
-                        "INT96 timestamps".to_owned()
-                    }
+                    "member column {name:?} holds {what}: members are read from columns of one \
+                     integer, float, boolean, string or binary value per row"
                 ));
             }
             Ok(leaf)
@@ -75,6 +111,12 @@ pub(super) fn read(
         let unsigned = matches!(
             descr.logical_type_ref(),
             Some(LogicalType::Integer(int)) if !int.is_signed
+        ) || matches!(
+            descr.converted_type(),
+            ConvertedType::UINT_8
+                | ConvertedType::UINT_16
+                | ConvertedType::UINT_32
+                | ConvertedType::UINT_64
         );
         let mut defs = Vec::with_capacity(rows.min(1 << 16));
         fn text<T: std::fmt::Display>(values: Vec<T>) -> Vec<Bytes> {

@@ -19,6 +19,7 @@ mod paths;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
 use loader_scheduler::{Label, RecordOf};
@@ -33,6 +34,14 @@ use super::index::{Dataset, Item, ShardLayout};
 use columns::{Columns, LabelValues, Value};
 use footer::FooterError;
 use pages::{Cut, ImageColumn};
+
+/// Whether what an open reads of a file is kept in the cache for the next open: its footer
+/// and small columns are, images (read to tell path rows from embedded ones) are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Yes,
+    No,
+}
 
 /// Whether a key or URL names a Parquet file (by its `.parquet` suffix).
 pub fn is_parquet(name: &str) -> bool {
@@ -143,8 +152,9 @@ impl Parquet {
         }
         let retried = RetryStore::new(&**store, RetryConfig::default());
         let retried = &retried;
+        let held = &AtomicU64::new(0);
         let opened: Vec<Opened> = futures::stream::iter(metas)
-            .map(|meta| async move { self.open(retried, store.name(), meta).await })
+            .map(|meta| async move { self.open(retried, store.name(), meta, held).await })
             .buffered(self.concurrency)
             .try_collect()
             .await?;
@@ -160,7 +170,13 @@ impl Parquet {
         block_on_own_thread(|| self.load_metas(store, metas))
     }
 
-    async fn open(&self, store: &dyn Storage, name: &str, meta: ObjectMeta) -> Result<Opened> {
+    async fn open(
+        &self,
+        store: &dyn Storage,
+        name: &str,
+        meta: ObjectMeta,
+        members_held: &AtomicU64,
+    ) -> Result<Opened> {
         // Cache files are read and written on the blocking pool: files are opened
         // concurrently on the runtime, which a blocking read would stall.
         let cached = match self.cache_dir.clone() {
@@ -175,20 +191,40 @@ impl Parquet {
             None => None,
         };
         let (key, version) = (meta.key.clone(), meta.version.clone());
-        let fetch = |range: std::ops::Range<u64>| {
+        let fetch = |range: std::ops::Range<u64>, keep: Keep| {
             let (key, version, cached) = (&key, &version, &cached);
             async move {
                 if let Some(bytes) = cached.as_ref().and_then(|c| c.get(&range)) {
                     return Ok(bytes);
                 }
                 let bytes = footer::get(store, key, range.clone(), version.as_deref()).await?;
-                if let Some(c) = cached {
+                if let (Some(c), Keep::Yes) = (cached, keep) {
                     c.put(range, bytes.clone());
                 }
                 Ok(bytes)
             }
         };
-        let opened = self.open_with(name, meta, fetch).await?;
+        let opened = self.open_with(name, meta, fetch, members_held).await?;
+        // Paths are read beside the file, where `datasets` wrote them relative to where it
+        // ran: a first row whose image is not there says so now, not at the first batch.
+        if let Some((row, key)) = opened.external.iter().next() {
+            match store.head(key).await {
+                Err(e) if e.kind() == loader_storage::ErrorKind::NotFound => {
+                    return Err(SourceError::Parquet {
+                        file: opened.meta.key.clone(),
+                        store: name.to_owned(),
+                        problem: format!(
+                            "row {row}: its image's path, read beside the file, is {key:?}, \
+                             which is not on the store: relative paths are read from the \
+                             Parquet file's folder (write them relative to it, or embed the \
+                             images)"
+                        ),
+                    });
+                }
+                Err(e) => return Err(SourceError::Storage(e)),
+                Ok(_) => {}
+            }
+        }
         if let Some(c) = cached {
             let _ = tokio::task::spawn_blocking(move || c.save()).await;
         }
@@ -196,10 +232,16 @@ impl Parquet {
     }
 
     /// Opens the file `meta` describes, on the store called `name`, reading its spans
-    /// with `fetch`.
-    async fn open_with<F, Fut>(&self, name: &str, meta: ObjectMeta, fetch: F) -> Result<Opened>
+    /// with `fetch`; `members_held` counts the member bytes held for the whole dataset.
+    async fn open_with<F, Fut>(
+        &self,
+        name: &str,
+        meta: ObjectMeta,
+        fetch: F,
+        members_held: &AtomicU64,
+    ) -> Result<Opened>
     where
-        F: Fn(std::ops::Range<u64>) -> Fut,
+        F: Fn(std::ops::Range<u64>, Keep) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
     {
         let problem = |problem: String| SourceError::Parquet {
@@ -211,7 +253,7 @@ impl Parquet {
             FooterError::Storage(e) => SourceError::Storage(e),
             FooterError::Parquet(e) => problem(e.to_string()),
         };
-        let footer = footer::read_metadata(meta.size, &fetch)
+        let footer = footer::read_metadata(meta.size, |range| fetch(range, Keep::Yes))
             .await
             .map_err(failed)?;
         let columns = columns::choose(
@@ -249,7 +291,7 @@ impl Parquet {
             let read: Vec<Vec<Value>> = futures::stream::iter(chunks)
                 .map(|(rg, group, span)| async move {
                     let range = span.map_err(|e| problem(format!("row group {rg}: {e}")))?;
-                    let bytes = fetch(range).await.map_err(failed)?;
+                    let bytes = fetch(range, Keep::Yes).await.map_err(failed)?;
                     columns::read_values(meta.size, group, label, bytes)
                         .map_err(|cause| problem(format!("row group {rg}, label column: {cause}")))
                 })
@@ -274,10 +316,7 @@ impl Parquet {
                 }
                 None => (BTreeMap::new(), 0),
             };
-        let members = self
-            .read_members(name, &meta, &footer, &columns, &fetch)
-            .await?;
-        if !members.is_empty() && !external.is_empty() {
+        if !self.members.is_empty() && !external.is_empty() {
             return Err(problem(format!(
                 "member columns are not handed with rows whose image is a path (row {} \
                  and {} more): leave out the member columns, or embed the images",
@@ -285,6 +324,9 @@ impl Parquet {
                 external.len() - 1
             )));
         }
+        let members = self
+            .read_members(name, &meta, &footer, &columns, &fetch, members_held)
+            .await?;
         Ok(Opened {
             members,
             external,
@@ -307,9 +349,10 @@ impl Parquet {
         footer: &ParquetMetaData,
         columns: &Columns,
         fetch: &F,
+        held: &AtomicU64,
     ) -> Result<Vec<(Arc<str>, Vec<Option<bytes::Bytes>>)>>
     where
-        F: Fn(std::ops::Range<u64>) -> Fut,
+        F: Fn(std::ops::Range<u64>, Keep) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
     {
         if self.members.is_empty() {
@@ -325,29 +368,28 @@ impl Parquet {
         taken.extend(columns.label.map(|(leaf, _)| leaf));
         taken.extend(paths::path_leaf(schema, columns.image));
         let leaves = members::choose(schema, &self.members, &taken).map_err(problem)?;
-        let mut held = 0u64;
         let mut out = Vec::with_capacity(leaves.len());
         for (column, leaf) in self.members.iter().zip(leaves) {
             let mut values = Vec::new();
             for (rg, group) in footer.row_groups().iter().enumerate() {
                 let range = footer::chunk_span(group.column(leaf), meta.size)
                     .map_err(|e| problem(format!("row group {rg}: {e}")))?;
-                let bytes = fetch(range).await.map_err(|e| match e {
+                let bytes = fetch(range, Keep::Yes).await.map_err(|e| match e {
                     FooterError::Storage(e) => SourceError::Storage(e),
                     FooterError::Parquet(e) => problem(e.to_string()),
                 })?;
                 let read = members::read(meta.size, group, leaf, bytes).map_err(|cause| {
                     problem(format!("row group {rg}, member column {column:?}: {cause}"))
                 })?;
-                held += read
+                // A value's bytes and what holding it costs, a null's too.
+                let cost: u64 = read
                     .iter()
-                    .flatten()
-                    .map(|b| b.len() as u64 + 32)
-                    .sum::<u64>();
-                if held > members::MAX_MEMBER_BYTES {
+                    .map(|v| v.as_ref().map_or(0, |b| b.len()) as u64 + 32)
+                    .sum();
+                if held.fetch_add(cost, Ordering::Relaxed) + cost > members::MAX_MEMBER_BYTES {
                     return Err(problem(format!(
-                        "its member columns hold more than {} MiB, held in memory for the \
-                         run: name fewer or smaller columns",
+                        "the dataset's member columns hold more than {} MiB, held in memory \
+                         for the run: name fewer or smaller columns",
                         members::MAX_MEMBER_BYTES >> 20
                     )));
                 }
@@ -373,7 +415,7 @@ impl Parquet {
             size,
             version: None,
         };
-        let fetch = |range: std::ops::Range<u64>| {
+        let fetch = |range: std::ops::Range<u64>, _: Keep| {
             let got = usize::try_from(range.start)
                 .ok()
                 .zip(usize::try_from(range.end).ok())
@@ -387,7 +429,8 @@ impl Parquet {
                 });
             std::future::ready(got)
         };
-        let opened = futures::executor::block_on(self.open_with("memory", meta, fetch))?;
+        let held = AtomicU64::new(0);
+        let opened = futures::executor::block_on(self.open_with("memory", meta, fetch, &held))?;
         let dataset = dataset("memory", vec![opened])?;
         let mut rows = Vec::with_capacity(dataset.len());
         let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
@@ -397,7 +440,7 @@ impl Parquet {
                 continue;
             };
             if decoded.as_ref().is_none_or(|(r, _)| r != range) {
-                let records = fetch(range.clone())
+                let records = fetch(range.clone(), Keep::No)
                     .into_inner()
                     .map_err(|_| "the page is past the file's end".to_owned())
                     .and_then(|page| of.records.decode(name, range, page));
@@ -468,6 +511,12 @@ fn classes(store: &str, files: &[Opened]) -> Result<(Vec<String>, Option<LabelVa
     }
 }
 
+/// A row's name, unique in the dataset (what `batch.keys` shows): its file and its row
+/// there (a path row's key is its image's, so the name is what says where it was listed).
+fn row_name(file: &str, row: u64) -> Arc<str> {
+    format!("{file} row {row}").into()
+}
+
 fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
     let (classes, kind) = classes(store, &files)?;
     let index: std::collections::HashMap<&str, i64> = classes
@@ -525,7 +574,7 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
                         }
                     }
                 };
-                let name = Some(format!("row {in_file}").into());
+                let name = Some(row_name(&file.meta.key, in_file));
                 if let Some(path) = file.external.get(&in_file) {
                     // Its own chunk, read whole: the page's rows around it stay chunks of
                     // the page.
@@ -608,7 +657,7 @@ async fn external_rows<F, Fut>(
     fetch: &F,
 ) -> Result<(BTreeMap<u64, String>, usize)>
 where
-    F: Fn(std::ops::Range<u64>) -> Fut,
+    F: Fn(std::ops::Range<u64>, Keep) -> Fut,
     Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
 {
     let problem = |problem: String| SourceError::Parquet {
@@ -620,14 +669,15 @@ where
         FooterError::Storage(e) => SourceError::Storage(e),
         FooterError::Parquet(e) => problem(e.to_string()),
     };
-    let read = |rg: usize, column: usize| {
+    let read = |rg: usize, column: usize, keep: Keep| {
         let group = footer.row_group(rg);
         let span = footer::chunk_span(group.column(column), meta.size);
         async move {
             let range = span.map_err(|e| problem(format!("row group {rg}: {e}")))?;
-            fetch(range).await.map_err(failed)
+            fetch(range, keep).await.map_err(failed)
         }
     };
+    let root = paths::Root::of(name);
     let (mut external, mut mixed) = (BTreeMap::new(), 0);
     for (rg, group) in footer.row_groups().iter().enumerate() {
         let rows = u64::try_from(group.num_rows()).unwrap_or(0);
@@ -641,25 +691,33 @@ where
         if rows == 0 || nulls.is_none_or(|n| n == 0) {
             continue;
         }
-        let paths = columns::read_values(meta.size, group, path, read(rg, path).await?)
-            .map_err(|cause| problem(format!("row group {rg}, image paths: {cause}")))?;
-        if paths.iter().all(|p| *p == Value::Null) {
+        let (paths, whole_nulls) =
+            columns::read_paths(meta.size, group, path, read(rg, path, Keep::Yes).await?)
+                .map_err(|cause| problem(format!("row group {rg}, image paths: {cause}")))?;
+        // A row whose whole image struct is null has a null image too: when such rows are
+        // all the nulls, no row is a path alone (a null image is an error when read).
+        if nulls.is_some_and(|n| n <= whole_nulls) || paths.iter().all(Option::is_none) {
             continue;
         }
         let missing = if nulls == Some(rows) {
             vec![true; paths.len()]
         } else {
-            mixed += 1;
-            columns::read_nulls(meta.size, group, image, read(rg, image).await?)
+            // Not kept in the cache: a share of the images, read once to tell.
+            columns::read_nulls(meta.size, group, image, read(rg, image, Keep::No).await?)
                 .map_err(|cause| problem(format!("row group {rg}, image column: {cause}")))?
         };
-        for (row, (path, missing)) in paths.iter().zip(missing).enumerate() {
-            if let (Value::Name(path), true) = (path, missing) {
+        let before = external.len();
+        for (row, (path, missing)) in paths.iter().zip(&missing).enumerate() {
+            if let (Some(path), true) = (path, missing) {
                 let in_file = group_starts[rg] + row as u64;
-                let key = paths::resolve(name, &meta.key, path)
+                let key = root
+                    .resolve(&meta.key, path)
                     .map_err(|cause| problem(format!("row {in_file}: {cause}")))?;
                 external.insert(in_file, key);
             }
+        }
+        if external.len() > before && external.len() - before < missing.len() {
+            mixed += 1;
         }
     }
     Ok((external, mixed))

@@ -24,67 +24,87 @@ pub(super) fn path_leaf(schema: &SchemaDescriptor, image: usize) -> Option<usize
     })
 }
 
-/// The key of the object a row's `path` names, on the store called `store` that holds
-/// the Parquet file `file`: a relative path is relative to the file's folder; an absolute
-/// path or URL must lie under the store's own path or URL. The error says why not.
-pub(super) fn resolve(store: &str, file: &str, path: &str) -> Result<String, String> {
-    if path.is_empty() {
-        return Err("its image's path is empty".into());
+/// What a row's path may be resolved against: the store a Parquet file is on.
+#[derive(Debug)]
+pub(super) struct Root {
+    /// The store's name, for messages.
+    store: String,
+    /// The path or URL its keys are under: a local store's directory (made absolute), any
+    /// other store's URL; `None` when a local directory cannot be resolved.
+    under: Option<String>,
+}
+
+impl Root {
+    /// The root of the store called `store` (its URL, or a local directory as given).
+    pub(super) fn of(store: &str) -> Self {
+        let local = store
+            .strip_prefix("file://")
+            .or_else(|| (!store.contains("://")).then_some(store));
+        let under = match local {
+            Some(dir) => std::fs::canonicalize(dir)
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
+            None => Some(store.to_owned()),
+        };
+        Self {
+            store: store.to_owned(),
+            under,
+        }
     }
-    if path.starts_with('/') || path.contains("://") {
-        return root_of(store)
-            .and_then(|root| {
-                let rest = path.strip_prefix(root.trim_end_matches('/'))?;
-                rest.strip_prefix('/').map(str::to_owned)
-            })
-            .filter(|key| !key.is_empty())
-            .ok_or_else(|| {
+
+    /// The key of the object a row's `path` names, for a row of the Parquet file `file`:
+    /// a relative path is relative to the file's folder; an absolute path or URL must lie
+    /// under the store's own path or URL. The error says why not.
+    pub(super) fn resolve(&self, file: &str, path: &str) -> Result<String, String> {
+        let store = &self.store;
+        if path.is_empty() {
+            return Err("its image's path is empty".into());
+        }
+        if path.starts_with('/') || path.contains("://") {
+            let rest = self.under.as_deref().and_then(|root| {
+                path.strip_prefix(root.trim_end_matches('/'))?
+                    .strip_prefix('/')
+            });
+            return rest.and_then(|rest| normalized("", rest)).ok_or_else(|| {
                 format!(
-                    "its image is at {path:?}, which is not on {store}: open the dataset on \
-                     a store that holds the images too (a brace URL such as \
-                     /data/{{out/train.parquet}} opens /data), or embed the images in the \
-                     file (datasets: embed_table_storage before to_parquet)"
+                    "its image is at {path:?}, which is not on {store}: an absolute path \
+                     or URL is read only under the store's own; write the paths relative to \
+                     the Parquet file's folder, or embed the images (datasets: \
+                     ds.with_format(\"arrow\").map(embed_table_storage, batched=True) \
+                     before to_parquet)"
                 )
             });
+        }
+        let folder = file.rsplit_once('/').map_or("", |(dir, _)| dir);
+        normalized(folder, path).ok_or_else(|| {
+            format!("its image's path {path:?} names no object of {store} beside {file:?}")
+        })
     }
-    let folder = file.rsplit_once('/').map_or("", |(dir, _)| dir);
+}
+
+/// `path` joined to `folder`, its `.` and `..` parts resolved; `None` when it leads above
+/// the store or names nothing.
+fn normalized(folder: &str, path: &str) -> Option<String> {
     let mut parts: Vec<&str> = folder.split('/').filter(|p| !p.is_empty()).collect();
     for part in path.split('/') {
         match part {
             "" | "." => {}
             ".." => {
-                if parts.pop().is_none() {
-                    return Err(format!(
-                        "its image's path {path:?} leads out of {store}, above {file:?}"
-                    ));
-                }
+                parts.pop()?;
             }
             part => parts.push(part),
         }
     }
-    if parts.is_empty() {
-        return Err(format!("its image's path {path:?} names no object"));
-    }
-    Ok(parts.join("/"))
-}
-
-/// The path or URL a store's keys are under: a local store's directory (as its name gives
-/// it, made absolute), any other store's URL.
-fn root_of(store: &str) -> Option<String> {
-    let local = store
-        .strip_prefix("file://")
-        .or_else(|| (!store.contains("://")).then_some(store));
-    match local {
-        Some(dir) => std::fs::canonicalize(dir)
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned()),
-        None => Some(store.to_owned()),
-    }
+    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::resolve;
+    use super::Root;
+
+    fn resolve(store: &str, file: &str, path: &str) -> Result<String, String> {
+        Root::of(store).resolve(file, path)
+    }
 
     #[test]
     fn paths_resolve_beside_the_file_or_under_the_store() {
@@ -105,12 +125,17 @@ mod tests {
             resolve(s3, "train/a.parquet", "s3://bucket/data/images/0.jpg").unwrap(),
             "images/0.jpg"
         );
+        assert_eq!(
+            resolve(s3, "train/a.parquet", "s3://bucket/data//images/./0.jpg").unwrap(),
+            "images/0.jpg"
+        );
         for outside in [
             "../../x.jpg",
             "s3://bucket/other/0.jpg",
             "s3://bucket/database/0.jpg",
             "/home/me/0.jpg",
             "hf://datasets/x/0.jpg",
+            "s3://bucket/data/../x.jpg",
             "",
         ] {
             assert!(
