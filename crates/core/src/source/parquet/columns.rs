@@ -264,6 +264,21 @@ pub(super) fn read_nulls(
     })
 }
 
+/// Whether integer leaf `descr` holds unsigned values (by its logical type, or the legacy
+/// converted type older writers set alone).
+pub(super) fn is_unsigned(descr: &ColumnDescPtr) -> bool {
+    matches!(
+        descr.logical_type_ref(),
+        Some(LogicalType::Integer(int)) if !int.is_signed
+    ) || matches!(
+        descr.converted_type(),
+        ConvertedType::UINT_8
+            | ConvertedType::UINT_16
+            | ConvertedType::UINT_32
+            | ConvertedType::UINT_64
+    )
+}
+
 /// Every value of the `path` leaf `column` of an image struct in row group `rg` (`None`
 /// for a null), and how many rows have the whole struct null.
 pub(super) fn read_paths(
@@ -312,16 +327,7 @@ fn read_values_of(
     let max_def = descr.max_def_level();
     // Not sized from the footer's row count: a count is not trusted with memory.
     let mut defs = Vec::with_capacity(rows.min(1 << 16));
-    let unsigned = matches!(
-        descr.logical_type_ref(),
-        Some(LogicalType::Integer(int)) if !int.is_signed
-    ) || matches!(
-        descr.converted_type(),
-        ConvertedType::UINT_8
-            | ConvertedType::UINT_16
-            | ConvertedType::UINT_32
-            | ConvertedType::UINT_64
-    );
+    let unsigned = is_unsigned(&descr);
     let values: Vec<Value> = match reader {
         ColumnReader::Int32ColumnReader(mut r) => read_all(&mut r, rows, &mut defs)?
             .into_iter()

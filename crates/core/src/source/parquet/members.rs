@@ -10,7 +10,7 @@ use parquet::data_type::{ByteArray, DataType, FixedLenByteArray};
 use parquet::file::metadata::RowGroupMetaData;
 use parquet::schema::types::SchemaDescriptor;
 
-use super::columns::{column_reader, read_all, spread, without_panics};
+use super::columns::{column_reader, is_unsigned, read_all, spread, without_panics};
 
 /// Most bytes the member columns of a dataset may hold in all, since they are held for the
 /// run.
@@ -108,16 +108,7 @@ pub(super) fn read(
     without_panics(|| {
         let (reader, descr, rows) = column_reader(size, rg, column, bytes)?;
         let max_def = descr.max_def_level();
-        let unsigned = matches!(
-            descr.logical_type_ref(),
-            Some(LogicalType::Integer(int)) if !int.is_signed
-        ) || matches!(
-            descr.converted_type(),
-            ConvertedType::UINT_8
-                | ConvertedType::UINT_16
-                | ConvertedType::UINT_32
-                | ConvertedType::UINT_64
-        );
+        let unsigned = is_unsigned(&descr);
         let mut defs = Vec::with_capacity(rows.min(1 << 16));
         fn text<T: std::fmt::Display>(values: Vec<T>) -> Vec<Bytes> {
             values
