@@ -104,6 +104,30 @@ fn datasets_written_by_mdswriter_read_as_streaming_reads_them_back() {
 }
 
 #[test]
+fn other_columns_are_handed_to_the_stage_as_members() {
+    // make.py's raw dataset: a `caption` str column beside the image and label.
+    let store = local(&fixtures());
+    let dataset = Mds::new().load_blocking(&store, "raw/index.json").unwrap();
+    let mut loader = DataLoader::builder(Arc::clone(&store), dataset)
+        .map(
+            |_bytes: Bytes, info: &SampleInfo| Ok((info.index, info.members.clone())),
+            |raw: RawBatch<(u64, Vec<(Arc<str>, Bytes)>)>| {
+                Ok(raw.samples.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+            },
+        )
+        .batch_size(8)
+        .shuffle(true)
+        .build()
+        .unwrap();
+    let seen: Vec<_> = loader.by_ref().flat_map(|b| b.unwrap()).collect();
+    assert_eq!(seen.len(), expected()["raw"].len());
+    for (index, members) in seen {
+        let caption = Bytes::from(format!("sample {index}"));
+        assert_eq!(members, [(Arc::from("caption"), caption)], "sample {index}");
+    }
+}
+
+#[test]
 fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
     let expected = expected();
     let dir = tempfile::tempdir().unwrap();

@@ -121,8 +121,10 @@ impl Columns {
             && shard.column_encodings == self.encodings
     }
 
-    /// The image bytes and label of one sample's bytes.
-    fn cut(&self, sample: &Bytes) -> Result<(Bytes, Label), String> {
+    /// The record of one sample's bytes: its image, its label, its other columns as
+    /// members (their bytes as MDS encodes them: `str` as UTF-8, `int` as 8 bytes
+    /// little-endian, ...).
+    fn cut(&self, sample: &Bytes) -> Result<Record, String> {
         let mut sizes = Vec::with_capacity(self.sizes.len());
         let mut at = 0usize;
         for size in &self.sizes {
@@ -157,7 +159,23 @@ impl Columns {
             None => Label::None,
             Some((i, encoding)) => Label::Class(integer(&sample[spans[*i].clone()], encoding)?),
         };
-        Ok((image, label))
+        let label_column = self.label.as_ref().map(|(i, _)| *i);
+        let members = spans
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != self.image && Some(i) != label_column)
+            .map(|(i, span)| {
+                (
+                    Arc::from(self.names[i].as_str()),
+                    sample.slice(span.clone()),
+                )
+            })
+            .collect();
+        Ok(Record {
+            bytes: Some(image),
+            members,
+            label: Some(label),
+        })
     }
 }
 
@@ -367,12 +385,7 @@ pub(super) struct Shard {
 
 impl Shard {
     fn record(&self, sample: &Bytes) -> Result<Record, String> {
-        let (image, label) = self.columns.cut(sample)?;
-        Ok(Record {
-            bytes: Some(image),
-            members: Vec::new(),
-            label: Some(label),
-        })
+        self.columns.cut(sample)
     }
 }
 
