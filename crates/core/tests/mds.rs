@@ -103,6 +103,9 @@ fn datasets_written_by_mdswriter_read_as_streaming_reads_them_back() {
     }
 }
 
+/// A sample as delivered with its members: (index, members).
+type WithMembers = (u64, Vec<(Arc<str>, Bytes)>);
+
 #[test]
 fn other_columns_are_handed_to_the_stage_as_members() {
     // make.py's raw dataset: a `caption` str column beside the image and label.
@@ -111,7 +114,7 @@ fn other_columns_are_handed_to_the_stage_as_members() {
     let mut loader = DataLoader::builder(Arc::clone(&store), dataset)
         .map(
             |_bytes: Bytes, info: &SampleInfo| Ok((info.index, info.members.clone())),
-            |raw: RawBatch<(u64, Vec<(Arc<str>, Bytes)>)>| {
+            |raw: RawBatch<WithMembers>| {
                 Ok(raw.samples.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
             },
         )
