@@ -401,16 +401,48 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     let seen = one_pass(
         &mut loader(Arc::clone(&store), dataset.clone())
             .shuffle(true)
-            .fetch(loader_core::Fetch::Threads { threads: 2 })
+            // One epoch (an endless loader reads the next one ahead), no hedges: every
+            // GET counted is a first read.
+            .epochs(1)
             .hedge(None)
             .build()
             .unwrap(),
     );
     check("over S3", &dataset, &expected["hf-paths.parquet"], &seen);
-    // The proxy counts every request sent, a retry's too: a run now and then sends one or
-    // two more than the 40 (a cause not pinned down); two per image would be 80.
-    let gets = proxy.stats().gets - before;
-    assert!((40..48).contains(&gets), "a GET per image: {gets}");
+    assert_eq!(proxy.stats().gets - before, 40, "a GET per image");
+    // Pages split by path rows are read once, for all their rows, in either order.
+    let url = "s3://data/train/pa-mixed.parquet";
+    let mixed =
+        Dataset::open_blocking(url, &store, None, &loader_core::Formats::default()).unwrap();
+    let pages: std::collections::BTreeSet<_> = mixed
+        .items()
+        .iter()
+        .filter_map(|item| item.range.clone().map(|r| (r.start, r.end)))
+        .collect();
+    for order in [ShardOrder::Local, ShardOrder::Global] {
+        let before = proxy.stats().gets;
+        let seen = one_pass(
+            &mut loader(Arc::clone(&store), mixed.clone())
+                .shuffle(true)
+                .shard_order(order)
+                .epochs(1)
+                .hedge(None)
+                .build()
+                .unwrap(),
+        );
+        check(
+            "mixed over S3",
+            &mixed,
+            &expected["pa-mixed.parquet"],
+            &seen,
+        );
+        let gets = proxy.stats().gets - before;
+        assert_eq!(
+            gets,
+            pages.len() as u64 + 20,
+            "{order:?}: a GET per page and per path"
+        );
+    }
     // The file without its images beside it (datasets wrote paths relative to where it
     // ran): an error at open naming the row, the key and where paths are read from.
     let bare = tempfile::tempdir().unwrap();
