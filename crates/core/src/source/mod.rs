@@ -4,7 +4,8 @@
 //!
 //! Rooms: `extensions` (which keys are images), `columns` (which columns of a table are) and
 //! `error` (what can be wrong with a source, the one [`SourceError`]) at the bottom, `index` (the sample index),
-//! `blocking` (async reads for synchronous callers), `record_files` (the index of files holding samples stored encoded, MDS's and LitData's), then one file or folder per format, `open` (which source a URL names), and `mixture`
+//! `blocking` (async reads for synchronous callers), `local_cache` (the directory where
+//! sources keep what they learnt of files: shard indexes, Parquet footers), `record_files` (the index of files holding samples stored encoded, MDS's and LitData's), then one file or folder per format, `open` (which source a URL names), and `mixture`
 //! (several datasets, each in its own store, read as one).
 
 mod blocking;

@@ -5,9 +5,10 @@
 //! ranged GET per page, the page decoded once for all its rows), never whole row groups,
 //! when the file has an offset index.
 //!
-//! Opening reads each file's footer and offset index (one GET from its end, usually) and
-//! its label column, and keeps what it read in the local cache directory for the next open
-//! of the same file; images are read as samples are loaded.
+//! Opening reads each file's footer and offset index (one GET from its end, usually), its
+//! label column and any member columns (`members`), and keeps what it read in the local
+//! cache directory for the next open of the same file (`cache`); images are read as samples
+//! are loaded. A row whose image is only a path is read as the object it names (`paths`).
 
 mod cache;
 mod columns;
