@@ -3,10 +3,10 @@
 //! 64 MiB, held in memory until written.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::BufWriter;
+use std::path::Path;
 
-use super::shard::{Closed, Packable, ShardFile, sync};
+use super::shard::{Closed, Packable, ShardFile, Staged};
 use crate::Result;
 use crate::hf_parquet::{HfWriter, Row, features, properties};
 
@@ -17,14 +17,10 @@ const GROUP_BYTES: u64 = 64 << 20;
 
 /// The shard being written, under its `.partial` name.
 pub struct ParquetShard {
-    name: String,
-    partial: PathBuf,
+    staged: Staged,
     writer: HfWriter<BufWriter<File>>,
     group: Vec<Row>,
     group_bytes: u64,
-    first: u64,
-    samples: u64,
-    bytes: u64,
 }
 
 impl ParquetShard {
@@ -38,22 +34,15 @@ impl ParquetShard {
         labelled: bool,
         classes: &[String],
     ) -> Result<Self> {
-        let name = format!("shard-{number:06}.parquet");
-        let partial = staging.join(format!("{name}.partial"));
-        let file = File::create(&partial)
-            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+        let (staged, out) = Staged::create(staging, number, first, ".parquet")?;
         let props = properties(true)
             .set_key_value_metadata(Some(vec![features(labelled, classes)]))
             .build();
         Ok(Self {
-            name,
-            partial,
-            writer: HfWriter::new(BufWriter::new(file), props, labelled)?,
+            staged,
+            writer: HfWriter::new(out, props, labelled)?,
             group: Vec::new(),
             group_bytes: 0,
-            first,
-            samples: 0,
-            bytes: 0,
         })
     }
 
@@ -77,8 +66,8 @@ impl ShardFile for ParquetShard {
             label: sample.class,
         });
         self.group_bytes += size;
-        self.bytes += size;
-        self.samples += 1;
+        self.staged.bytes += size;
+        self.staged.samples += 1;
         if self.group.len() >= GROUP_ROWS || self.group_bytes >= GROUP_BYTES {
             self.flush()?;
         }
@@ -86,21 +75,13 @@ impl ShardFile for ParquetShard {
     }
 
     fn bytes(&self) -> u64 {
-        self.bytes
+        self.staged.bytes
     }
 
     fn close(mut self: Box<Self>) -> Result<Closed> {
         self.flush()?;
         let this = *self;
-        let mut out = this.writer.finish()?;
-        out.flush()?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        Ok(Closed {
-            bytes: sync(file)?,
-            name: this.name,
-            partial: this.partial,
-            first: this.first,
-            samples: this.samples,
-        })
+        let out = this.writer.finish()?;
+        this.staged.close(out)
     }
 }

@@ -1,7 +1,9 @@
 //! A shard being written, whatever its format: samples appended in order under a
 //! `.partial` name, then closed whole for the destination to publish.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
@@ -58,8 +60,51 @@ pub trait ShardFile {
     fn close(self: Box<Self>) -> Result<Closed>;
 }
 
-/// Syncs a finished file and says how large it is.
-pub fn sync(file: std::fs::File) -> Result<u64> {
-    file.sync_all()?;
-    Ok(file.metadata()?.len())
+/// What every shard being written keeps: its names, its first sample, its counts.
+pub struct Staged {
+    name: String,
+    partial: PathBuf,
+    first: u64,
+    /// Samples appended.
+    pub samples: u64,
+    /// About how many bytes they take.
+    pub bytes: u64,
+}
+
+impl Staged {
+    /// Shard `number` (`shard-NNNNNN` with `suffix`) created in `staging` under its
+    /// `.partial` name, whose first sample is source index `first`; and the file to write.
+    pub fn create(
+        staging: &Path,
+        number: usize,
+        first: u64,
+        suffix: &str,
+    ) -> Result<(Self, BufWriter<File>)> {
+        let name = format!("shard-{number:06}{suffix}");
+        let partial = staging.join(format!("{name}.partial"));
+        let file = File::create(&partial)
+            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+        let staged = Self {
+            name,
+            partial,
+            first,
+            samples: 0,
+            bytes: 0,
+        };
+        Ok((staged, BufWriter::new(file)))
+    }
+
+    /// The shard closed: `out` flushed and synced.
+    pub fn close(self, mut out: BufWriter<File>) -> Result<Closed> {
+        out.flush()?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        Ok(Closed {
+            bytes: file.metadata()?.len(),
+            name: self.name,
+            partial: self.partial,
+            first: self.first,
+            samples: self.samples,
+        })
+    }
 }

@@ -2,36 +2,25 @@
 //! rerun writes the same bytes.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::BufWriter;
+use std::path::Path;
 
-use super::shard::{Closed, Packable, ShardFile, sync};
+use super::shard::{Closed, Packable, ShardFile, Staged};
 use crate::Result;
 
 /// The shard being written, under its `.partial` name.
 pub struct TarShard {
-    name: String,
-    partial: PathBuf,
+    staged: Staged,
     tar: tar::Builder<BufWriter<File>>,
-    first: u64,
-    samples: u64,
-    bytes: u64,
 }
 
 impl TarShard {
     /// Shard `number` in `staging`, whose first sample is source index `first`.
     pub fn create(staging: &Path, number: usize, first: u64) -> Result<Self> {
-        let name = format!("shard-{number:06}.tar");
-        let partial = staging.join(format!("{name}.partial"));
-        let file = File::create(&partial)
-            .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+        let (staged, out) = Staged::create(staging, number, first, ".tar")?;
         Ok(Self {
-            name,
-            partial,
-            tar: tar::Builder::new(BufWriter::new(file)),
-            first,
-            samples: 0,
-            bytes: 0,
+            staged,
+            tar: tar::Builder::new(out),
         })
     }
 
@@ -44,7 +33,7 @@ impl TarShard {
         header.set_entry_type(tar::EntryType::Regular);
         self.tar.append_data(&mut header, name, data)?;
         // A header and the data padded to blocks of 512.
-        self.bytes += 512 + (data.len() as u64).div_ceil(512) * 512;
+        self.staged.bytes += 512 + (data.len() as u64).div_ceil(512) * 512;
         Ok(())
     }
 }
@@ -56,25 +45,17 @@ impl ShardFile for TarShard {
         if let Some(class) = sample.class {
             self.member(&format!("{key}.cls"), class.to_string().as_bytes())?;
         }
-        self.samples += 1;
+        self.staged.samples += 1;
         Ok(())
     }
 
     fn bytes(&self) -> u64 {
-        self.bytes
+        self.staged.bytes
     }
 
     fn close(self: Box<Self>) -> Result<Closed> {
         let this = *self;
-        let mut out = this.tar.into_inner()?;
-        out.flush()?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        Ok(Closed {
-            bytes: sync(file)?,
-            name: this.name,
-            partial: this.partial,
-            first: this.first,
-            samples: this.samples,
-        })
+        let out = this.tar.into_inner()?;
+        this.staged.close(out)
     }
 }
