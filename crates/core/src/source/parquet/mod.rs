@@ -44,6 +44,50 @@ enum Keep {
     No,
 }
 
+/// A file being opened: what its errors name, and how its spans are read.
+struct Opening<'a, F> {
+    /// The store's name.
+    store: &'a str,
+    meta: &'a ObjectMeta,
+    fetch: &'a F,
+}
+
+impl<F, Fut> Opening<'_, F>
+where
+    F: Fn(std::ops::Range<u64>, Keep) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
+{
+    /// What is wrong with the file.
+    fn problem(&self, problem: String) -> SourceError {
+        SourceError::Parquet {
+            file: self.meta.key.clone(),
+            store: self.store.to_owned(),
+            problem,
+        }
+    }
+
+    /// Why a span could not be read: the store's error, or the file's.
+    fn failed(&self, e: FooterError) -> SourceError {
+        match e {
+            FooterError::Storage(e) => SourceError::Storage(e),
+            FooterError::Parquet(e) => self.problem(e.to_string()),
+        }
+    }
+
+    /// Leaf `column`'s chunk in row group `rg`, whole, checked against the file.
+    async fn chunk(
+        &self,
+        footer: &ParquetMetaData,
+        rg: usize,
+        column: usize,
+        keep: Keep,
+    ) -> Result<bytes::Bytes> {
+        let range = footer::chunk_span(footer.row_group(rg).column(column), self.meta.size)
+            .map_err(|e| self.problem(format!("row group {rg}: {e}")))?;
+        (self.fetch)(range, keep).await.map_err(|e| self.failed(e))
+    }
+}
+
 /// Whether a key or URL names a Parquet file (by its `.parquet` suffix).
 pub fn is_parquet(name: &str) -> bool {
     name.to_ascii_lowercase().ends_with(".parquet")
@@ -245,18 +289,15 @@ impl Parquet {
         F: Fn(std::ops::Range<u64>, Keep) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
     {
-        let problem = |problem: String| SourceError::Parquet {
-            file: meta.key.clone(),
-            store: name.to_owned(),
-            problem,
+        let file = Opening {
+            store: name,
+            meta: &meta,
+            fetch: &fetch,
         };
-        let failed = |e: FooterError| match e {
-            FooterError::Storage(e) => SourceError::Storage(e),
-            FooterError::Parquet(e) => problem(e.to_string()),
-        };
+        let problem = |problem| file.problem(problem);
         let footer = footer::read_metadata(meta.size, |range| fetch(range, Keep::Yes))
             .await
-            .map_err(failed)?;
+            .map_err(|e| file.failed(e))?;
         let columns = columns::choose(
             footer.file_metadata().schema_descr(),
             self.columns.image.as_deref(),
@@ -282,38 +323,25 @@ impl Parquet {
         }
         let mut labels = Vec::new();
         if let Some((label, _)) = columns.label {
-            let (meta, footer, problem, failed, fetch) =
-                (&meta, &footer, &problem, &failed, &fetch);
+            let (file, footer) = (&file, &footer);
             // The label column is small: each row group's chunk in one GET, a few at a time.
-            let chunks = footer.row_groups().iter().enumerate().map(|(rg, group)| {
-                let span = footer::chunk_span(group.column(label), meta.size);
-                (rg, group, span)
-            });
-            let read: Vec<Vec<Value>> = futures::stream::iter(chunks)
-                .map(|(rg, group, span)| async move {
-                    let range = span.map_err(|e| problem(format!("row group {rg}: {e}")))?;
-                    let bytes = fetch(range, Keep::Yes).await.map_err(failed)?;
-                    columns::read_values(meta.size, group, label, bytes)
-                        .map_err(|cause| problem(format!("row group {rg}, label column: {cause}")))
-                })
-                .buffered(4)
-                .try_collect()
-                .await?;
+            let read: Vec<Vec<Value>> =
+                futures::stream::iter(footer.row_groups().iter().enumerate())
+                    .map(|(rg, group)| async move {
+                        let bytes = file.chunk(footer, rg, label, Keep::Yes).await?;
+                        columns::read_values(file.meta.size, group, label, bytes).map_err(|cause| {
+                            file.problem(format!("row group {rg}, label column: {cause}"))
+                        })
+                    })
+                    .buffered(4)
+                    .try_collect()
+                    .await?;
             labels = read.concat();
         }
         let (external, mixed) =
             match paths::path_leaf(footer.file_metadata().schema_descr(), columns.image) {
                 Some(leaf) => {
-                    external_rows(
-                        name,
-                        &meta,
-                        &footer,
-                        columns.image,
-                        leaf,
-                        &group_starts,
-                        &fetch,
-                    )
-                    .await?
+                    external_rows(&file, &footer, columns.image, leaf, &group_starts).await?
                 }
                 None => (BTreeMap::new(), 0),
             };
@@ -326,7 +354,7 @@ impl Parquet {
             )));
         }
         let members = self
-            .read_members(name, &meta, &footer, &columns, &fetch, members_held)
+            .read_members(&file, &footer, &columns, members_held)
             .await?;
         Ok(Opened {
             members,
@@ -345,11 +373,9 @@ impl Parquet {
     /// The member columns' values in the file `meta` describes, row group by row group.
     async fn read_members<F, Fut>(
         &self,
-        name: &str,
-        meta: &ObjectMeta,
+        file: &Opening<'_, F>,
         footer: &ParquetMetaData,
         columns: &Columns,
-        fetch: &F,
         held: &AtomicU64,
     ) -> Result<Vec<(Arc<str>, Vec<Option<bytes::Bytes>>)>>
     where
@@ -359,11 +385,7 @@ impl Parquet {
         if self.members.is_empty() {
             return Ok(Vec::new());
         }
-        let problem = |problem: String| SourceError::Parquet {
-            file: meta.key.clone(),
-            store: name.to_owned(),
-            problem,
-        };
+        let problem = |problem| file.problem(problem);
         let schema = footer.file_metadata().schema_descr();
         let mut taken = vec![columns.image];
         taken.extend(columns.label.map(|(leaf, _)| leaf));
@@ -373,13 +395,8 @@ impl Parquet {
         for (column, leaf) in self.members.iter().zip(leaves) {
             let mut values = Vec::new();
             for (rg, group) in footer.row_groups().iter().enumerate() {
-                let range = footer::chunk_span(group.column(leaf), meta.size)
-                    .map_err(|e| problem(format!("row group {rg}: {e}")))?;
-                let bytes = fetch(range, Keep::Yes).await.map_err(|e| match e {
-                    FooterError::Storage(e) => SourceError::Storage(e),
-                    FooterError::Parquet(e) => problem(e.to_string()),
-                })?;
-                let read = members::read(meta.size, group, leaf, bytes).map_err(|cause| {
+                let bytes = file.chunk(footer, rg, leaf, Keep::Yes).await?;
+                let read = members::read(file.meta.size, group, leaf, bytes).map_err(|cause| {
                     problem(format!("row group {rg}, member column {column:?}: {cause}"))
                 })?;
                 // A value's bytes and what holding it costs, a null's too.
@@ -649,36 +666,18 @@ fn dataset(store: &str, files: Vec<Opened>) -> Result<Dataset> {
 /// when the image column's statistics do not say it has no nulls, and its image column
 /// too when they do not say every row is null.
 async fn external_rows<F, Fut>(
-    name: &str,
-    meta: &ObjectMeta,
+    file: &Opening<'_, F>,
     footer: &ParquetMetaData,
     image: usize,
     path: usize,
     group_starts: &[u64],
-    fetch: &F,
 ) -> Result<(BTreeMap<u64, String>, usize)>
 where
     F: Fn(std::ops::Range<u64>, Keep) -> Fut,
     Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, FooterError>>,
 {
-    let problem = |problem: String| SourceError::Parquet {
-        file: meta.key.clone(),
-        store: name.to_owned(),
-        problem,
-    };
-    let failed = |e: FooterError| match e {
-        FooterError::Storage(e) => SourceError::Storage(e),
-        FooterError::Parquet(e) => problem(e.to_string()),
-    };
-    let read = |rg: usize, column: usize, keep: Keep| {
-        let group = footer.row_group(rg);
-        let span = footer::chunk_span(group.column(column), meta.size);
-        async move {
-            let range = span.map_err(|e| problem(format!("row group {rg}: {e}")))?;
-            fetch(range, keep).await.map_err(failed)
-        }
-    };
-    let root = paths::Root::of(name);
+    let (meta, problem) = (file.meta, |problem| file.problem(problem));
+    let root = paths::Root::of(file.store);
     let (mut external, mut mixed) = (BTreeMap::new(), 0);
     for (rg, group) in footer.row_groups().iter().enumerate() {
         let rows = u64::try_from(group.num_rows()).unwrap_or(0);
@@ -692,9 +691,13 @@ where
         if rows == 0 || nulls.is_none_or(|n| n == 0) {
             continue;
         }
-        let (paths, whole_nulls) =
-            columns::read_paths(meta.size, group, path, read(rg, path, Keep::Yes).await?)
-                .map_err(|cause| problem(format!("row group {rg}, image paths: {cause}")))?;
+        let (paths, whole_nulls) = columns::read_paths(
+            meta.size,
+            group,
+            path,
+            file.chunk(footer, rg, path, Keep::Yes).await?,
+        )
+        .map_err(|cause| problem(format!("row group {rg}, image paths: {cause}")))?;
         // A row whose whole image struct is null has a null image too: when such rows are
         // all the nulls, no row is a path alone (a null image is an error when read).
         if nulls.is_some_and(|n| n <= whole_nulls) || paths.iter().all(Option::is_none) {
@@ -704,8 +707,13 @@ where
             vec![true; paths.len()]
         } else {
             // Not kept in the cache: a share of the images, read once to tell.
-            columns::read_nulls(meta.size, group, image, read(rg, image, Keep::No).await?)
-                .map_err(|cause| problem(format!("row group {rg}, image column: {cause}")))?
+            columns::read_nulls(
+                meta.size,
+                group,
+                image,
+                file.chunk(footer, rg, image, Keep::No).await?,
+            )
+            .map_err(|cause| problem(format!("row group {rg}, image column: {cause}")))?
         };
         let before = external.len();
         for (row, (path, missing)) in paths.iter().zip(&missing).enumerate() {

@@ -30,26 +30,36 @@ pub(super) struct Root {
     /// The store's name, for messages.
     store: String,
     /// The path or URL its keys are under: a local store's directory (made absolute), any
-    /// other store's URL; `None` when a local directory cannot be resolved.
-    under: Option<String>,
+    /// other store's URL; `None` when a local directory cannot be resolved. Found when an
+    /// absolute path first asks: making a directory absolute is a blocking call, which
+    /// relative paths (nearly all) need not pay for on the runtime.
+    under: std::sync::OnceLock<Option<String>>,
 }
 
 impl Root {
     /// The root of the store called `store` (its URL, or a local directory as given).
     pub(super) fn of(store: &str) -> Self {
-        let local = store
-            .strip_prefix("file://")
-            .or_else(|| (!store.contains("://")).then_some(store));
-        let under = match local {
-            Some(dir) => std::fs::canonicalize(dir)
-                .ok()
-                .map(|p| p.to_string_lossy().into_owned()),
-            None => Some(store.to_owned()),
-        };
         Self {
             store: store.to_owned(),
-            under,
+            under: std::sync::OnceLock::new(),
         }
+    }
+
+    fn under(&self) -> Option<&str> {
+        self.under
+            .get_or_init(|| {
+                let store = &self.store;
+                let local = store
+                    .strip_prefix("file://")
+                    .or_else(|| (!store.contains("://")).then_some(store));
+                match local {
+                    Some(dir) => std::fs::canonicalize(dir)
+                        .ok()
+                        .map(|p| p.to_string_lossy().into_owned()),
+                    None => Some(store.clone()),
+                }
+            })
+            .as_deref()
     }
 
     /// The key of the object a row's `path` names, for a row of the Parquet file `file`:
@@ -61,7 +71,7 @@ impl Root {
             return Err("its image's path is empty".into());
         }
         if path.starts_with('/') || path.contains("://") {
-            let rest = self.under.as_deref().and_then(|root| {
+            let rest = self.under().and_then(|root| {
                 path.strip_prefix(root.trim_end_matches('/'))?
                     .strip_prefix('/')
             });
