@@ -6,8 +6,9 @@
 //! (u8 HWC), and store options after. Writes `OUT/batch-0000.bin` (the values' bytes,
 //! native order) and `OUT/batch-0000.json` (shape, labels, keys) per batch of epoch 0.
 
-use loader_core::webdataset::WebDataset;
-use loader_core::{DataLoader, Dataset, Pipeline, from_url, store_url};
+use loader_core::{
+    DataLoader, Dataset, LoaderOptions, Pipeline, SourceContext, from_url, store_url,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,7 +23,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let seed: u64 = seed.parse()?;
     let store = from_url(&store_url(url)?, options)?;
-    let dataset = Dataset::open_blocking(url, &store, None, &WebDataset::new().into())?;
+    let context = SourceContext::new(store.clone(), &LoaderOptions::default());
+    let dataset = Dataset::open_blocking(url, &context)?;
     let builder = DataLoader::builder(store, dataset)
         .batch_size(batch_size.parse()?)
         .shuffle(shuffle == "1")

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use libfuzzer_sys::fuzz_target;
-use loader_core::{Dataset, Label, LabelKind, ManifestFormat};
+use loader_core::{Dataset, Label, LabelKind, ManifestSyntax};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {
@@ -18,9 +18,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let format = if selector & 1 == 0 {
-        ManifestFormat::Csv
+        ManifestSyntax::Csv
     } else {
-        ManifestFormat::JsonLines
+        ManifestSyntax::JsonLines
     };
     let known: Vec<String> = ["cat", "dog", "7"].map(String::from).to_vec();
     let classes = (selector & 2 != 0).then_some(known.as_slice());

@@ -10,8 +10,8 @@ use loader_core::decoder::{IMAGENET_MEAN, IMAGENET_STD, JpegDecoder, SampleData}
 use loader_core::storage::layer::{CacheConfig, StorageMetrics};
 use loader_core::webdataset::WebDataset;
 use loader_core::{
-    DataLoader, Dataset, DecodeOptions, DynStorage, Formats, LoaderOptions, Pipeline, SampleKey,
-    ShardOrder, StorageExt, from_url,
+    DataLoader, Dataset, DecodeOptions, DynStorage, LoaderOptions, Pipeline, SampleKey, ShardOrder,
+    SourceContext, StorageExt, from_url,
 };
 use loader_testkit::{DelayProxy, S3Server};
 
@@ -341,7 +341,8 @@ pub fn main(args: Args) -> Result {
         let dataset = match format {
             Format::Files => Dataset::image_folder_blocking(&*store)?,
             f if f.parquet() || f == Format::Mds || f == Format::Packed256 => {
-                Dataset::open_blocking("", &store, None, &Formats::default())?
+                let context = SourceContext::new(store.clone(), &LoaderOptions::default());
+                Dataset::open_blocking("", &context)?
             }
             _ => {
                 let shards: Vec<String> =

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use loader_core::webdataset::{Progress, WebDataset};
-use loader_core::{Dataset, DynStorage, Formats, Manifest};
+use loader_core::source::Progress;
+use loader_core::{Dataset, DynStorage, LoaderOptions, SourceContext};
 
 use crate::Result;
 
@@ -27,18 +27,18 @@ pub fn indexing_bar(show: bool) -> (ProgressBar, Progress) {
     (bar, progress)
 }
 
-/// The dataset at `url` on `store` (opened at the URL's root), with a progress bar while
-/// shards are indexed.
+/// The dataset at `url` on `store` (opened at the URL's root) as `options` say (its
+/// `source.*` settings, read behind its request stack), with a progress bar while shards
+/// are indexed.
 pub fn open_dataset(
     url: &str,
     store: &DynStorage,
-    manifest: Option<Manifest<'_>>,
-    columns: (Option<&str>, Option<&str>),
+    options: &LoaderOptions,
     progress: bool,
 ) -> Result<Dataset> {
     let (bar, indexing) = indexing_bar(progress);
-    let formats = Formats::from(WebDataset::new().progress(indexing)).columns(columns.0, columns.1);
-    let dataset = Dataset::open_blocking(url, store, manifest, &formats)?;
+    let context = SourceContext::new(store.clone(), options).progress(indexing);
+    let dataset = Dataset::open_blocking(url, &context)?;
     bar.finish_and_clear();
     Ok(dataset)
 }

@@ -7,8 +7,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::storage::layer::{CachePolicy, StorageMetrics};
 use loader_core::{
-    DataLoader, DistributedSampler, LabelKind, LoaderOptions, LoaderState, Manifest, Pipeline,
-    ShardOrder, Source, StopRule, StorageExt, from_url, store_url,
+    Column, DataLoader, LabelKind, Launch, LoaderOptions, LoaderState, Pipeline, ShardOrder,
+    Source, StopRule, StorageExt, from_url, store_url,
 };
 
 use crate::options::{LoaderArgs, fetch, option_value, parse_size, parse_store_options};
@@ -31,10 +31,10 @@ pub struct Args {
     /// all_exhausted_without_replacement, samples_per_epoch:N or cycle_forever.
     #[arg(long, value_name = "RULE", value_parser = option_value::<StopRule>)]
     stop: Option<StopRule>,
-    /// This process's rank (default: RANK or SLURM_PROCID, else 0).
+    /// This process's rank (default: the launcher's: torchrun, SLURM or MPI; else 0).
     #[arg(long, requires = "world_size")]
     rank: Option<usize>,
-    /// Processes that share each global batch (default: WORLD_SIZE or SLURM_NTASKS, else 1).
+    /// Processes that share each global batch (default: the launcher's, else 1).
     #[arg(long, requires = "rank")]
     world_size: Option<usize>,
     /// Stop after this many batches (this rank's, across epochs), e.g. to save the state.
@@ -60,7 +60,7 @@ pub struct Args {
     manifest: Option<String>,
     /// How the manifest's labels are read: `class` (an index or a name), `multi` (several
     /// classes per sample) or `values` (numbers).
-    #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = label_kind)]
+    #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = option_value::<LabelKind>)]
     labels: Option<LabelKind>,
     /// Parquet files, MDS shards and LitData chunks: the column of the images (binary,
     /// Hugging Face's struct of bytes and path, MDS's jpeg/png/bytes, LitData's jpeg/bytes/
@@ -70,8 +70,8 @@ pub struct Args {
     image_column: Option<String>,
     /// Parquet files, MDS shards and LitData chunks: the column of the labels (integers, or in Parquet class
     /// names; "" for none); default label or cls when present.
-    #[arg(long, value_name = "NAME")]
-    label_column: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = option_value::<Column>)]
+    label_column: Option<Column>,
     /// Store option as key=value (e.g. aws_endpoint=http://127.0.0.1:9000); repeatable.
     #[arg(long = "option", value_name = "KEY=VALUE")]
     options: Vec<String>,
@@ -151,12 +151,18 @@ impl Args {
         if let Some(stop) = self.stop {
             o.mixture.stop = stop;
         }
-        // Ranks: as given, else torchrun's or SLURM's variables.
+        o.source.manifest.clone_from(&self.manifest);
+        o.source.labels = self.labels.unwrap_or_default();
+        o.source.image_column.clone_from(&self.image_column);
+        if let Some(column) = &self.label_column {
+            o.source.label_column = column.clone();
+        }
+        // Ranks: as given, else the launcher's.
         let (rank, world) = match (self.rank, self.world_size) {
             (Some(rank), Some(world)) => (rank, world),
             _ => {
-                let env = DistributedSampler::from_env(1)?.build()?;
-                (env.rank(), env.world_size())
+                let launch = Launch::from_env()?;
+                (launch.rank, launch.world_size)
             }
         };
         (o.rank, o.world_size) = (rank, world);
@@ -187,6 +193,7 @@ pub fn main(args: Args) -> Result {
         return Err("--manifest names one dataset's manifest: give one URL with it".into());
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let options = args.options(cores)?;
     let progress = !args.json && !args.print_keys;
     let mut sources = Vec::with_capacity(args.urls.len());
     let mut metrics: Vec<Arc<StorageMetrics>> = Vec::new();
@@ -199,13 +206,7 @@ pub fn main(args: Args) -> Result {
         metrics.push(store.metrics());
         let store = store.into_dyn();
         names.push(store.name().to_owned());
-        let manifest = args.manifest.as_deref().map(|key| Manifest {
-            key,
-            labels: args.labels.unwrap_or_default(),
-            classes: None,
-        });
-        let columns = (args.image_column.as_deref(), args.label_column.as_deref());
-        let dataset = open_dataset(url, &store, manifest, columns, progress)?;
+        let dataset = open_dataset(url, &store, &options, progress)?;
         eprintln!(
             "{} samples, {} classes at {}",
             dataset.len(),
@@ -215,7 +216,6 @@ pub fn main(args: Args) -> Result {
         let weight = args.weights.get(i).copied().unwrap_or(1.0);
         sources.push(Source::new(store, dataset).weight(weight));
     }
-    let options = args.options(cores)?;
     let trace = args
         .trace
         .as_ref()
@@ -435,9 +435,4 @@ pub fn main(args: Args) -> Result {
         }
     }
     Ok(())
-}
-
-/// A `--labels` value.
-fn label_kind(name: &str) -> std::result::Result<LabelKind, String> {
-    LabelKind::from_name(name).ok_or_else(|| format!("{name:?}: give class, multi or values"))
 }

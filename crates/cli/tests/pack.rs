@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use loader_core::decoder::{DecodeOptions, Pipeline, SampleData, SampleKey, decode};
-use loader_core::{Dataset, DynStorage, Formats, Storage, from_url};
+use loader_core::{Dataset, DynStorage, LoaderOptions, SourceContext, Storage, from_url};
 
 fn loader() -> Command {
     Command::new(env!("CARGO_BIN_EXE_loader"))
@@ -71,13 +71,12 @@ fn store(dir: &Path) -> DynStorage {
 }
 
 fn open(dir: &Path) -> Dataset {
-    Dataset::open_blocking(
-        &dir.to_string_lossy(),
-        &store(dir),
-        None,
-        &Formats::default(),
-    )
-    .unwrap()
+    Dataset::open_blocking(&dir.to_string_lossy(), &context(store(dir))).unwrap()
+}
+
+/// `store` read as `loader run` reads it by default.
+fn context(store: DynStorage) -> SourceContext {
+    SourceContext::new(store, &LoaderOptions::default())
 }
 
 /// Every file of `dir` (not pack.json's own timestamps: it has none) by name.
@@ -387,8 +386,7 @@ fn a_pack_into_s3_is_uploaded_whole_resumed_and_read_back_with_its_sidecars() {
     // Read back over S3: every sample once, the bytes as they were, each sidecar of the
     // version the store gives its shard (so readers take it rather than scan the shard).
     let store = from_url("s3://bucket/packed", server.options()).unwrap();
-    let dataset =
-        Dataset::open_blocking("s3://bucket/packed", &store, None, &Formats::default()).unwrap();
+    let dataset = Dataset::open_blocking("s3://bucket/packed", &context(store.clone())).unwrap();
     let source = open(&src);
     assert_eq!(dataset.len(), source.len());
     let mut seen = std::collections::BTreeSet::new();
@@ -539,14 +537,9 @@ fn a_pack_as_parquet_reads_back_as_the_source_and_resumes_to_the_same_files() {
     );
     assert!(!out.status.success());
     // Read as it is, the unfinished pack would be a dataset of the samples packed so far.
-    let err = Dataset::open_blocking(
-        &resumed.to_string_lossy(),
-        &store(&resumed),
-        None,
-        &Formats::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = Dataset::open_blocking(&resumed.to_string_lossy(), &context(store(&resumed)))
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("an unfinished pack") && err.contains("loader pack again"),
         "{err}"

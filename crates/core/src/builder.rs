@@ -361,15 +361,10 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         config.runtime = self.runtime;
         let (storage, dataset, offsets) = combine(&self.sources)?;
         let mut planner = Planner::new(&self.sources, dataset, &offsets, &options, self.sampler)?;
-        // Per attempt, inside the retry: a stalled attempt is abandoned and repeated.
-        let storage = match options.storage.request_timeout {
-            Some(timeout) => Arc::new(storage.with_timeout(timeout)) as DynStorage,
-            None => storage,
-        };
-        let storage = match self.retry.or_else(|| options.retry_config()) {
-            Some(retry) => Arc::new(storage.with_retry(retry)) as DynStorage,
-            None => storage,
-        };
+        // The same request stack a dataset's index was read through (a whole retry
+        // policy given to the builder instead of `storage.max_retries`).
+        let retry = self.retry.or_else(|| options.retry_config());
+        let storage = options.storage.stack(storage, retry);
         // Outside the retry: a hit makes no request, a miss's request is retried below.
         let storage = match options.cache_config() {
             Some(cache_config) => {
@@ -379,7 +374,11 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
                 planner.cache = Some(cache);
                 // A directory is shared by the node's ranks (memory is this process's own).
                 if options.cache.dir.is_some() {
-                    planner.node = crate::options::node_ranks(&options)?;
+                    // Broken rank variables were overridden by the options' rank and
+                    // world size (a front end reading them would have failed): the node's
+                    // share is then the options' alone.
+                    let launch = crate::Launch::from_env().unwrap_or_default();
+                    planner.node = options.node_ranks(&launch)?;
                 }
                 Arc::new(store) as DynStorage
             }

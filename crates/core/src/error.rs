@@ -49,6 +49,13 @@ impl From<SourceError> for Error {
     }
 }
 
+/// An option set by key that could not be: a loader setting that makes no sense.
+impl From<OptionError> for Error {
+    fn from(e: OptionError) -> Self {
+        Error::Config(ConfigError::Key(e))
+    }
+}
+
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -65,11 +65,12 @@ mod builder;
 mod error;
 mod export;
 mod labels;
+mod launch;
 mod loader;
 mod memory;
 mod options;
 mod plan;
-mod source;
+pub mod source;
 mod stage;
 mod state;
 
@@ -79,17 +80,18 @@ pub use builder::DataLoaderBuilder;
 pub use error::{CollateError, ConfigError, Error, OptionError, Result, StateError};
 pub use export::{DType, HostTensor, HostVec, ShapeError};
 pub use labels::labels_tensor;
+pub use launch::Launch;
 pub use loader::DataLoader;
 pub use memory::{BatchMemory, LentBlock, MemoryError};
 pub use options::{
-    CacheOptions, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, MixtureOptions, OptionKey,
-    OptionValue, ShardOrder, StorageOptions,
+    CacheOptions, Column, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, MixtureOptions,
+    OptionKey, OptionValue, ShardOrder, SourceOptions, StorageOptions,
 };
 pub use source::{
-    CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, Manifest, ManifestFormat, Member,
-    PACK_FILE, ShardLayout, Source, SourceError,
+    CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, ManifestSyntax, Member, PACK_FILE,
+    ShardLayout, Source, SourceContext, SourceError,
 };
-pub use source::{Formats, litdata, mds, parquet, store_url, webdataset};
+pub use source::{litdata, mds, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
 pub use state::{
     Arrangement, CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,

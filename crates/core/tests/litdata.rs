@@ -16,7 +16,8 @@ use bytes::Bytes;
 use loader_core::decoder::{DecodeOptions, decode};
 use loader_core::litdata::LitData;
 use loader_core::{
-    DataLoader, Dataset, DynStorage, Formats, RawBatch, SampleInfo, ShardOrder, from_url,
+    DataLoader, Dataset, DynStorage, LoaderOptions, RawBatch, SampleInfo, ShardOrder,
+    SourceContext, from_url,
 };
 use loader_testkit::{DelayProxy, S3Server};
 
@@ -138,11 +139,13 @@ fn litdata_through_s3_behind_the_delay_proxy_in_both_orders() {
             server.options_for(&proxy.url()),
         )
         .unwrap();
-        let formats = Formats {
-            litdata: litdata(name),
-            ..Formats::default()
-        };
-        let dataset = Dataset::open_blocking(&url, &store, None, &formats).unwrap();
+        // The columns `litdata(name)` names, as settings.
+        let mut options = LoaderOptions::default();
+        if name == "framed" {
+            options.set("source.label_column", "1").unwrap();
+        }
+        let context = SourceContext::new(store.clone(), &options);
+        let dataset = Dataset::open_blocking(&url, &context).unwrap();
         let chunks: u64 = dataset.shards().iter().map(|s| s.chunks.len() as u64).sum();
         if name == "framed" {
             // 30 items in chunks of 12, 12 and 6, in frames of 4.
@@ -215,17 +218,18 @@ fn what_is_not_read_is_refused_with_what_to_do() {
         .join("raw/index.json")
         .to_string_lossy()
         .into_owned();
-    let formats = Formats::from(loader_core::webdataset::WebDataset::new().fields(["image"]));
+    let mut options = LoaderOptions::default();
+    options.set("source.fields", "image").unwrap();
     let store = from_url(
         &loader_core::store_url(&url).unwrap(),
         Vec::<(String, String)>::new(),
     )
     .unwrap();
-    let err = Dataset::open_blocking(&url, &store, None, &formats)
+    let err = Dataset::open_blocking(&url, &SourceContext::new(store, &options))
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("fields") && err.contains("image_column"),
+        err.contains("source.fields") && err.contains("webdataset") && err.contains("LitData"),
         "{err}"
     );
 }

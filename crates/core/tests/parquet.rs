@@ -394,8 +394,7 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
         server.options_for(&proxy.url()),
     )
     .unwrap();
-    let dataset =
-        Dataset::open_blocking(url, &store, None, &loader_core::Formats::default()).unwrap();
+    let dataset = Dataset::open_blocking(url, &context(&store, &[])).unwrap();
     assert_eq!(dataset.get(3).unwrap().key.as_ref(), "images/img003.jpg");
     let before = proxy.stats().gets;
     let seen = one_pass(
@@ -412,8 +411,7 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     assert_eq!(proxy.stats().gets - before, 40, "a GET per image");
     // Pages split by path rows are read once, for all their rows, in either order.
     let url = "s3://data/train/pa-mixed.parquet";
-    let mixed =
-        Dataset::open_blocking(url, &store, None, &loader_core::Formats::default()).unwrap();
+    let mixed = Dataset::open_blocking(url, &context(&store, &[])).unwrap();
     let pages: std::collections::BTreeSet<_> = mixed
         .items()
         .iter()
@@ -586,18 +584,18 @@ fn a_prefix_is_parquet_only_when_it_is_one_folder_of_parquet_files_without_image
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(fixtures().join("pa-snappy-plain.parquet"), to).unwrap();
     };
-    let open = |url: &Path, formats: &loader_core::Formats| {
+    let open = |url: &Path, settings: &[(&str, &str)]| {
         let store = local(url);
-        Dataset::open_blocking("", &store, None, formats)
+        Dataset::open_blocking("", &context(&store, settings))
     };
-    let plain = loader_core::Formats::default();
+    let plain: &[(&str, &str)] = &[];
     // One split's folder: its files.
     copy("ds/train/part-0.parquet");
     copy("ds/train/part-1.parquet");
-    assert_eq!(open(&root.join("ds/train"), &plain).unwrap().len(), 80);
+    assert_eq!(open(&root.join("ds/train"), plain).unwrap().len(), 80);
     // A repository's splits side by side: refused, naming them.
     copy("ds/validation/part-0.parquet");
-    let err = open(&root.join("ds"), &plain).unwrap_err().to_string();
+    let err = open(&root.join("ds"), plain).unwrap_err().to_string();
     assert!(
         err.contains("train/") && err.contains("validation/"),
         "{err}"
@@ -607,13 +605,15 @@ fn a_prefix_is_parquet_only_when_it_is_one_folder_of_parquet_files_without_image
         .write(&root.join("folder"))
         .unwrap();
     copy("folder/metadata.parquet");
-    let folder = open(&root.join("folder"), &plain).unwrap();
+    let folder = open(&root.join("folder"), plain).unwrap();
     assert_eq!(folder.len(), 6);
     // Columns name Parquet's parts: for an ImageFolder they are refused, not ignored.
-    let named = loader_core::Formats::default().columns(Some("img"), None);
-    let err = open(&root.join("folder"), &named).unwrap_err().to_string();
+    let named: &[(&str, &str)] = &[("source.image_column", "img")];
+    let err = open(&root.join("folder"), named).unwrap_err().to_string();
     assert!(
-        err.contains("columns") && err.contains("ImageFolder"),
+        err.contains("source.image_column")
+            && err.contains("parquet")
+            && err.contains("ImageFolder"),
         "{err}"
     );
 }
@@ -748,4 +748,13 @@ fn every_byte_of_a_footer_damaged_every_way_is_an_error_or_rows_never_a_panic() 
             assert!(read.is_ok(), "byte {at} ^ {mask:#x}: a panic");
         }
     }
+}
+
+/// `store` read as `loader run` reads it, with `settings` (`source.*` keys) set.
+fn context(store: &DynStorage, settings: &[(&str, &str)]) -> loader_core::SourceContext {
+    let mut options = loader_core::LoaderOptions::default();
+    for (key, value) in settings {
+        options.set(key, value).unwrap();
+    }
+    loader_core::SourceContext::new(store.clone(), &options)
 }

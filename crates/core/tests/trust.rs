@@ -18,7 +18,8 @@ use loader_core::storage::layer::FaultConfig;
 use loader_core::storage::{ObjectMeta, Result as StorageResult};
 use loader_core::{
     CollateError, DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, ItemError,
-    LoaderState, RawBatch, SampleInfo, Sampler, Storage, StorageExt, from_url,
+    LoaderOptions, LoaderState, RawBatch, SampleInfo, Sampler, SourceContext, Storage, StorageExt,
+    from_url,
 };
 use loader_testkit::HookedStore;
 use loader_testkit::watchdog::no_hang;
@@ -499,7 +500,8 @@ impl Storage for FlakyListing {
     }
 }
 
-// Defect 5: listings and manifest reads were not retried at all.
+// Defect 5: listings and manifest reads were not retried at all. A dataset opened by URL
+// reads them through the same request stack as its samples (the default: retried).
 #[test]
 fn listings_and_manifest_reads_are_retried_by_default() {
     let dir = tempfile::tempdir().unwrap();
@@ -512,15 +514,27 @@ fn listings_and_manifest_reads_are_retried_by_default() {
         Vec::<(String, String)>::new(),
     )
     .unwrap();
-    let flaky = FlakyListing {
+    let flaky = Arc::new(FlakyListing {
         inner: Arc::clone(&local),
         lists: AtomicUsize::new(0),
         gets: AtomicUsize::new(0),
+    });
+    let open = |settings: &[(&str, &str)]| {
+        let mut options = LoaderOptions::default();
+        for (key, value) in settings {
+            options.set(key, value).unwrap();
+        }
+        let store = Arc::clone(&flaky) as DynStorage;
+        Dataset::open_blocking("", &SourceContext::new(store, &options))
     };
-    let listed = Dataset::image_folder_blocking(&flaky).unwrap();
+    let listed = open(&[]).unwrap();
     assert_eq!(listed, Dataset::image_folder_blocking(&*local).unwrap());
     assert_eq!(listed.len(), 9);
-    let manifest = Dataset::manifest_blocking(&flaky, "m.csv").unwrap();
+    assert!(
+        flaky.lists.load(Ordering::SeqCst) >= 4,
+        "broken listings restarted"
+    );
+    let manifest = open(&[("source.manifest", "m.csv")]).unwrap();
     assert_eq!(manifest.len(), 1);
     assert!(flaky.gets.load(Ordering::SeqCst) >= 3);
 }

@@ -2,8 +2,7 @@
 
 use std::collections::HashMap;
 
-use loader_core::webdataset::WebDataset;
-use loader_core::{Dataset, DynStorage, Formats, Label, LabelKind, Manifest, from_url, store_url};
+use loader_core::{Dataset, DynStorage, Label, LoaderOptions, SourceContext, from_url, store_url};
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 
@@ -14,7 +13,7 @@ use crate::errors;
 /// made from it share it.
 ///
 /// `Dataset(url, *, manifest=None, labels=None, storage_options=None, fields=None,
-/// image_column=None, label_column=None)`: `url` is `s3://bucket/prefix`, `http(s)://...`,
+/// image_column=None, label_column=None, member_columns=None, format=None, options=None)`: `url` is `s3://bucket/prefix`, `http(s)://...`,
 /// `file:///dir` or a path, or shards as `s3://bucket/train-{000000..000127}.tar`, or
 /// Parquet files (`s3://bucket/data/train-00000-of-00004.parquet`, a brace list of them, or
 /// a prefix holding them), or MDS shards or LitData chunks by their `.../index.json`;
@@ -27,7 +26,9 @@ use crate::errors;
 /// classes its labels must be among, in index order (the training set's, for a validation
 /// manifest: the same indices and multi-hot columns); `storage_options` the store's settings (e.g.
 /// `aws_endpoint`, `aws_region`); `fields` the members of each WebDataset sample, as
-/// `to_tuple` names them (`("npy", "json")`; the first is the main one). `len(ds)`,
+/// `to_tuple` names them (`("npy", "json")`; the first is the main one); `member_columns`
+/// Parquet columns handed as members; `format` the format by name (default: found);
+/// `options` any loader option by key, e.g. `{"storage.max_retries": "3"}`. `len(ds)`,
 /// `ds.classes`, `ds[i] == (key, label)`.
 #[pyclass(module = "loader_ml._native", name = "Dataset", frozen)]
 pub struct PyDataset {
@@ -44,7 +45,7 @@ impl PyDataset {
     /// `key,label` or JSON-lines key under the URL) instead of listing when given.
     /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
     #[new]
-    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None, image_column = None, label_column = None))]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None, image_column = None, label_column = None, member_columns = None, format = None, options = None))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
@@ -56,42 +57,47 @@ impl PyDataset {
         classes: Option<Vec<String>>,
         image_column: Option<String>,
         label_column: Option<String>,
+        member_columns: Option<Vec<String>>,
+        format: Option<String>,
+        options: Option<HashMap<String, String>>,
     ) -> PyResult<Self> {
-        if classes.is_some() && manifest.is_none() {
-            return Err(errors::config(
-                "classes= lists the classes a manifest's labels are among: give manifest= too",
-            ));
+        // The keywords are `source.*` options, typed; `options` any loader option by key
+        // (`storage.max_retries`, ...), read through the same declarations.
+        let mut settings = LoaderOptions::default();
+        for (key, value) in options.iter().flatten() {
+            settings
+                .set(key, value)
+                .map_err(|e| errors::config(e.to_string()))?;
         }
-        let options = storage_options.unwrap_or_default();
-        let kind = match labels.as_deref() {
-            None => LabelKind::Class,
-            Some(_) if manifest.is_none() => {
-                return Err(errors::config(
-                    "labels= says how a manifest's labels are read: give manifest= too (a \
-                     folder's labels are its classes, shards' their .cls members)",
-                ));
-            }
-            Some(name) => LabelKind::from_name(name).ok_or_else(|| {
-                errors::config(format!(
-                    "labels={name:?}: give \"class\" (an index or a name per sample), \
-                     \"multi\" (several classes per sample) or \"values\" (numbers)"
-                ))
-            })?,
-        };
-        let shards = match &fields {
-            Some(fields) => WebDataset::new().fields(fields),
-            None => WebDataset::new(),
-        };
-        let formats =
-            Formats::from(shards).columns(image_column.as_deref(), label_column.as_deref());
+        let source = &mut settings.source;
+        source.manifest = manifest.or(source.manifest.take());
+        if let Some(name) = labels {
+            source
+                .set("labels", &name)
+                .map_err(|e| errors::config(e.to_string()))?;
+        }
+        source.classes = classes.or(source.classes.take());
+        source.fields = fields.clone().or(source.fields.take());
+        source.image_column = image_column.or(source.image_column.take());
+        if let Some(label) = label_column {
+            source
+                .set("label_column", &label)
+                .map_err(|e| errors::config(e.to_string()))?;
+        }
+        if let Some(members) = member_columns {
+            source.member_columns = members;
+        }
+        source.format = format.or(source.format.take());
+        settings
+            .source
+            .validate()
+            .map_err(|e| errors::config(e.to_string()))?;
+        let fields = settings.source.fields.clone();
+        let store_options = storage_options.unwrap_or_default();
         let opened = py.detach(|| -> loader_core::Result<(DynStorage, Dataset)> {
-            let store = from_url(&store_url(&url)?, options)?;
-            let manifest = manifest.as_deref().map(|key| Manifest {
-                key,
-                labels: kind,
-                classes: classes.as_deref(),
-            });
-            let dataset = Dataset::open_blocking(&url, &store, manifest, &formats)?;
+            let store = from_url(&store_url(&url)?, store_options)?;
+            let context = SourceContext::new(store.clone(), &settings);
+            let dataset = Dataset::open_blocking(&url, &context)?;
             Ok((store, dataset))
         });
         match opened {

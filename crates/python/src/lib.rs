@@ -50,6 +50,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::PyDataset>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_function(wrap_pyfunction!(loader::option_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(loader::launch, m)?)?;
     m.add_function(wrap_pyfunction!(transform::transform_steps, m)?)?;
     m.add_function(wrap_pyfunction!(transform::image_suffixes, m)?)?;
     m.add_function(wrap_pyfunction!(transform::_shutting_down, m)?)?;

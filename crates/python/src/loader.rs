@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use loader_core::{
-    BatchMemory, DataLoader, DataLoaderBuilder, DecodeOptions, DistributedSampler, LoaderOptions,
-    LoaderState, SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
+    BatchMemory, DataLoader, DataLoaderBuilder, DecodeOptions, Launch, LoaderOptions, LoaderState,
+    SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -33,6 +33,15 @@ pub fn option_keys() -> Vec<(String, String, &'static str)> {
         .into_iter()
         .map(|k| (k.key, k.default, k.doc))
         .collect()
+}
+
+/// This process's rank and world size as its launcher (torchrun, SLURM, MPI) says:
+/// `(rank, world_size)`, `(0, 1)` without one; a launcher's contradiction raises.
+#[pyfunction]
+pub fn launch() -> PyResult<(usize, usize)> {
+    let launch = Launch::from_env()
+        .map_err(|e| crate::errors::config(format!("rank and world size: {e}")))?;
+    Ok((launch.rank, launch.world_size))
 }
 
 /// A DataLoader over one [`PyDataset`] or a mixture of several; the Python class
@@ -175,18 +184,16 @@ impl PyLoader {
                 .set(key, value)
                 .map_err(|e| config(e.to_string()))?;
         }
-        // Ranks: as given, else the environment (RANK/WORLD_SIZE, SLURM's).
+        // Ranks: as given, else the launcher's.
         match (
             options.contains_key("rank"),
             options.contains_key("world_size"),
         ) {
             (true, true) => {}
             (false, false) => {
-                // The environment's rank and world size only: no order is built from it.
-                let env = DistributedSampler::from_env(1)
-                    .and_then(|b| b.build())
-                    .map_err(|e| config(format!("rank and world size: {e}")))?;
-                (settings.rank, settings.world_size) = (env.rank(), env.world_size());
+                let launch =
+                    Launch::from_env().map_err(|e| config(format!("rank and world size: {e}")))?;
+                (settings.rank, settings.world_size) = (launch.rank, launch.world_size);
             }
             _ => {
                 return Err(config(

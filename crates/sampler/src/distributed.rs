@@ -77,13 +77,6 @@ impl DistributedSampler {
         }
     }
 
-    /// Rank and world size from the environment, as torchrun (`RANK`, `WORLD_SIZE`) or
-    /// SLURM (`SLURM_PROCID`, `SLURM_NTASKS`) set them; rank 0 of 1 when neither is set.
-    pub fn from_env(dataset_len: usize) -> Result<DistributedBuilder, SamplerError> {
-        let (rank, world) = rank_and_world(|name| std::env::var(name).ok())?;
-        Ok(Self::new(dataset_len, rank, world))
-    }
-
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank
@@ -115,56 +108,6 @@ pub(crate) fn check_rank(rank: usize, world_size: usize) -> Result<(), SamplerEr
     Ok(())
 }
 
-/// Read rank and world size through `get` (the environment, or a map in tests).
-pub(crate) fn rank_and_world(
-    get: impl Fn(&str) -> Option<String>,
-) -> Result<(usize, usize), SamplerError> {
-    let pairs = [("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")];
-    for (rank_var, world_var) in pairs {
-        match (get(rank_var), get(world_var)) {
-            (None, None) => continue,
-            (Some(rank), Some(world)) => {
-                let parse = |name: &str, value: &str| {
-                    value
-                        .trim()
-                        .parse::<usize>()
-                        .map_err(|_| SamplerError::Environment {
-                            variable: format!("{name}={value:?}"),
-                            problem: "not a non-negative whole number".into(),
-                        })
-                };
-                let (rank, world) = (parse(rank_var, &rank)?, parse(world_var, &world)?);
-                if world == 0 {
-                    return Err(SamplerError::Environment {
-                        variable: format!("{world_var}=0"),
-                        problem: "the world size must be at least 1".into(),
-                    });
-                }
-                if rank >= world {
-                    return Err(SamplerError::Environment {
-                        variable: format!("{rank_var}={rank}"),
-                        problem: format!("not below {world_var}={world}"),
-                    });
-                }
-                return Ok((rank, world));
-            }
-            (Some(_), None) => {
-                return Err(SamplerError::Environment {
-                    variable: rank_var.into(),
-                    problem: format!("set, but {world_var} is not"),
-                });
-            }
-            (None, Some(_)) => {
-                return Err(SamplerError::Environment {
-                    variable: world_var.into(),
-                    problem: format!("set, but {rank_var} is not"),
-                });
-            }
-        }
-    }
-    Ok((0, 1))
-}
-
 impl Sampler for DistributedSampler {
     fn len(&self) -> usize {
         if self.drop_last {
@@ -188,47 +131,9 @@ impl Sampler for DistributedSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| map.get(k).cloned()
-    }
 
     #[test]
-    fn reads_torchrun_and_slurm_variables() {
-        assert_eq!(rank_and_world(env(&[])).unwrap(), (0, 1));
-        assert_eq!(
-            rank_and_world(env(&[("RANK", "3"), ("WORLD_SIZE", "8")])).unwrap(),
-            (3, 8)
-        );
-        assert_eq!(
-            rank_and_world(env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2")])).unwrap(),
-            (1, 2)
-        );
-    }
-
-    #[test]
-    fn refuses_nonsense_with_a_reason() {
-        for (pairs, needle) in [
-            (&[("RANK", "4"), ("WORLD_SIZE", "4")][..], "not below"),
-            (&[("RANK", "0"), ("WORLD_SIZE", "0")][..], "at least 1"),
-            (
-                &[("RANK", "x"), ("WORLD_SIZE", "2")][..],
-                "not a non-negative",
-            ),
-            (
-                &[("RANK", "-1"), ("WORLD_SIZE", "2")][..],
-                "not a non-negative",
-            ),
-            (&[("RANK", "0")][..], "WORLD_SIZE is not"),
-        ] {
-            let err = rank_and_world(env(pairs)).unwrap_err();
-            assert!(err.to_string().contains(needle), "{pairs:?}: {err}");
-        }
+    fn refuses_a_rank_outside_the_world() {
         assert!(DistributedSampler::new(10, 2, 2).build().is_err());
         assert!(DistributedSampler::new(10, 0, 0).build().is_err());
     }

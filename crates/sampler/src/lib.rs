@@ -20,7 +20,7 @@
 //! let tail: Vec<usize> = random.resume(state).collect();
 //! assert_eq!([head, tail].concat(), order);
 //!
-//! // Rank 1 of 4 with shuffling, as torchrun sets RANK and WORLD_SIZE.
+//! // Rank 1 of 4 with shuffling, as a launcher numbers them.
 //! let rank1 = DistributedSampler::new(10, 1, 4).shuffle(true).seed(42).build().unwrap();
 //! assert_eq!(rank1.len(), 3); // ceil(10 / 4), padded from the start of the order
 //!
@@ -112,14 +112,6 @@ pub enum SamplerError {
         wanted: usize,
         /// Positive weights.
         positive: usize,
-    },
-    /// The rank or world size in the environment (torchrun's, SLURM's) is unusable.
-    #[error("{variable}: {problem}")]
-    Environment {
-        /// The variable, with its value when it has one.
-        variable: String,
-        /// What is wrong with it.
-        problem: String,
     },
     /// A mixture of no source.
     #[error("a mixture needs at least one source")]

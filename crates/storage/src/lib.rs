@@ -163,6 +163,14 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Every object below `prefix` (a directory-like path; empty for the whole store), in
     /// no guaranteed order. Errors arrive as items of the stream.
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>>;
+
+    /// Every object below `prefix`, collected: what a dataset's listing reads. A layer
+    /// that can restart a listing broken mid-way (the retry layer) does so here, which a
+    /// stream's consumer cannot.
+    async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        use futures::TryStreamExt;
+        self.list(prefix).try_collect().await
+    }
 }
 
 /// A shared, type-erased store: what loaders and datasets hold.
@@ -183,6 +191,9 @@ macro_rules! forward_storage {
             }
             fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
                 (**self).list(prefix)
+            }
+            async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+                (**self).list_all(prefix).await
             }
         }
     )*};

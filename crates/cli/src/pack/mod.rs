@@ -30,8 +30,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::decoder::Pipeline;
 use loader_core::storage::redact;
 use loader_core::{
-    CLASSES_FILE, DataLoader, ErrorPolicy, Label, LoaderState, Manifest, PACK_FILE, RawBatch,
-    SampleInfo, from_url, store_url,
+    CLASSES_FILE, Column, DataLoader, ErrorPolicy, Label, LoaderOptions, LoaderState, OptionValue,
+    PACK_FILE, RawBatch, SampleInfo, from_url, store_url,
 };
 use serde::{Deserialize, Serialize};
 
@@ -290,13 +290,13 @@ pub fn main(args: Args) -> Result {
         .into());
     }
     let store = from_url(&root, options_for(&root))?;
-    let manifest = args.manifest.as_deref().map(|key| Manifest {
-        key,
-        labels: Default::default(),
-        classes: None,
-    });
-    let columns = (args.image_column.as_deref(), args.label_column.as_deref());
-    let dataset = open_dataset(&args.src, &store, manifest, columns, true)?;
+    let mut reading = LoaderOptions::default();
+    reading.source.manifest.clone_from(&args.manifest);
+    reading.source.image_column.clone_from(&args.image_column);
+    if let Some(label) = &args.label_column {
+        reading.source.label_column = Column::parse(label)?;
+    }
+    let dataset = open_dataset(&args.src, &store, &reading, true)?;
     let quality = args.resize.map(|_| args.quality.unwrap_or(90));
     let settings = Settings {
         // However its path is written, the same source resumes the same pack.

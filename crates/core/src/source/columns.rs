@@ -18,8 +18,18 @@ pub(crate) struct ColumnNames {
 }
 
 impl ColumnNames {
-    /// Whether either column was named: refused for a format without columns.
-    pub(crate) fn named(&self) -> bool {
-        self.image.is_some() || self.label.is_some()
+    /// These names with those `options` set (`source.image_column`,
+    /// `source.label_column`) over them.
+    pub(crate) fn with_options(mut self, options: &crate::options::SourceOptions) -> Self {
+        use crate::options::Column;
+        if let Some(image) = &options.image_column {
+            self.image = Some(image.clone());
+        }
+        match &options.label_column {
+            Column::Auto => {}
+            Column::Off => self.label = Some(String::new()),
+            Column::Named(name) => self.label = Some(name.clone()),
+        }
+        self
     }
 }

@@ -58,6 +58,40 @@ pub enum SourceError {
     /// A layout that does not describe its items.
     #[error("{0}")]
     Invalid(String),
+    /// `source.format` names no registered format.
+    #[error("source.format={name:?} names no format; known: {known}")]
+    UnknownFormat {
+        /// The name given.
+        name: String,
+        /// The registered formats' names.
+        known: String,
+    },
+    /// No format, or more than one equally, reads what a URL names.
+    #[error(
+        "{url}: {found}; set source.format to one of {known} (Python: format=...) to say which"
+    )]
+    Layout {
+        /// The dataset's URL, without credentials.
+        url: String,
+        /// What was found there and which formats it fits.
+        found: String,
+        /// The registered formats' names.
+        known: String,
+    },
+    /// A source setting the dataset's format does not read: refused, not ignored.
+    #[error(
+        "{key} is read by {readers}, but {url} is {format}: leave it out, or set          source.format if the format was mistaken"
+    )]
+    Unread {
+        /// The setting, e.g. `source.image_column`.
+        key: String,
+        /// The formats that read it.
+        readers: String,
+        /// The dataset's URL, without credentials.
+        url: String,
+        /// The format it was opened as, described.
+        format: String,
+    },
     /// Reading a dataset could not start its thread or runtime.
     #[error("cannot start a {what} to read the dataset: {source}")]
     Start {

@@ -313,8 +313,8 @@ impl Item {
     }
 }
 
-/// What `keys` of `store` are (size, version), by a HEAD each, `at_once` at a time, with
-/// the loader's retries: the objects a dataset named by key rather than by a listing reads.
+/// What `keys` of `store` are (size, version), by a HEAD each, `at_once` at a time, through
+/// the caller's stack: the objects a dataset named by key rather than by a listing reads.
 pub(super) async fn heads(
     store: &loader_storage::DynStorage,
     keys: &[String],
@@ -322,13 +322,11 @@ pub(super) async fn heads(
 ) -> Result<Vec<ObjectMeta>> {
     use futures::{StreamExt, TryStreamExt};
     use loader_storage::Storage;
-    let retried = loader_storage::layer::RetryStore::new(
-        &**store,
-        loader_storage::layer::RetryConfig::default(),
-    );
-    let retried = &retried;
-    futures::stream::iter(keys)
-        .map(|k| async move { retried.head(k).await })
+    futures::stream::iter(keys.iter().cloned())
+        .map(|k| {
+            let store = std::sync::Arc::clone(store);
+            async move { store.head(&k).await }
+        })
         .buffered(at_once.max(1))
         .try_collect()
         .await

@@ -1,239 +1,130 @@
-//! A dataset found from its URL alone, as `loader run URL` and the Python binding take it.
+//! A dataset found from its URL alone, as `loader run URL` and the Python binding take it:
+//! the registered formats are asked what the URL names, the one that fits best opens it.
 
-use std::collections::BTreeSet;
-
-use loader_storage::layer::{RetryConfig, RetryStore};
-use loader_storage::{DynStorage, Storage};
+use std::sync::Arc;
 
 use super::error::{Result, SourceError};
-use super::extensions::image_extension;
-use super::index::{CLASSES_FILE, Dataset, PACK_FILE};
-use super::litdata::{LitData, is_litdata_index};
-use super::manifest::Manifest;
-use super::mds::{INDEX, Mds, is_mds_index};
-use super::parquet::{Parquet, is_parquet};
-use super::record_files::get_whole;
-use super::webdataset::{
-    WebDataset, compressed_among, compressed_problem, is_shard_url, shards_of, split_url,
-};
+use loader_storage::Storage;
 
-/// How each format a URL may name is read: its shards' settings, its Parquet columns.
-#[derive(Debug, Clone, Default)]
-pub struct Formats {
-    /// WebDataset shards.
-    pub webdataset: WebDataset,
-    /// Parquet files.
-    pub parquet: Parquet,
-    /// MDS shards.
-    pub mds: Mds,
-    /// LitData chunks.
-    pub litdata: LitData,
-}
-
-impl Formats {
-    /// Every format with its image and label columns named so (Parquet's, MDS's and
-    /// LitData's), when given: `Some("")` for the label means none.
-    pub fn columns(mut self, image: Option<&str>, label: Option<&str>) -> Self {
-        if let Some(name) = image {
-            self.parquet = self.parquet.image_column(name);
-            self.mds = self.mds.image_column(name);
-            self.litdata = self.litdata.image_column(name);
-        }
-        if let Some(name) = label {
-            self.parquet = self.parquet.label_column(name);
-            self.mds = self.mds.label_column(name);
-            self.litdata = self.litdata.label_column(name);
-        }
-        self
-    }
-}
-
-impl Formats {
-    /// The MDS or LitData dataset whose `index.json` is at the top of `store`: which of
-    /// the two its contents say.
-    async fn index_json(&self, store: &DynStorage) -> Result<Dataset> {
-        let text = get_whole(store, INDEX).await?;
-        if is_litdata_index(&text) {
-            self.litdata.load_index(store, INDEX, &text).await
-        } else {
-            self.mds.load_index(store, INDEX, &text).await
-        }
-    }
-}
-
-impl From<WebDataset> for Formats {
-    fn from(webdataset: WebDataset) -> Self {
-        Self {
-            webdataset,
-            ..Self::default()
-        }
-    }
-}
-
-/// The URL of the store a dataset URL lives on, to give [`from_url`](crate::from_url): a
-/// shard, Parquet file or MDS index URL's directory (`s3://b/train-{0..9}.tar` and
-/// `s3://b/data/train-0.parquet` are on `s3://b` and `s3://b/data`), any other URL itself.
-pub fn store_url(url: &str) -> Result<String> {
-    if let Some(dir) = url
-        .strip_suffix("/index.json")
-        .filter(|_| is_mds_index(url))
-    {
-        return Ok(dir.to_owned());
-    }
-    if is_shard_url(url) {
-        Ok(split_url(url)?.0)
-    } else {
-        Ok(url.to_owned())
-    }
-}
+use super::format::{Format, Probe, SourceContext};
+use super::index::{Dataset, PACK_FILE};
+use super::registry::{names, registered};
+use super::url::split_named;
 
 impl Dataset {
-    /// The dataset at `url` on `store` (opened at [`store_url`]`(url)`): the MDS or LitData dataset an
-    /// `index.json` URL names, the shards or Parquet files a URL names (`.tar`,
-    /// `.parquet`, or a brace list of them), the
-    /// manifest `manifest` under it (a key, or a [`Manifest`] that says how its labels are
-    /// read), or else whatever one listing finds: `.tar` shards, else (when it lists no
-    /// image files) the `.parquet` files of one folder or a top-level MDS or LitData `index.json`,
-    /// else an ImageFolder. Each format is read with its settings in `formats`; columns
-    /// named for a dataset of another format are refused. The listing's sizes and versions
-    /// serve any of them, so no file needs a HEAD.
-    pub async fn open(
-        url: &str,
-        store: &DynStorage,
-        manifest: Option<Manifest<'_>>,
-        formats: &Formats,
-    ) -> Result<Dataset> {
-        // Columns name a Parquet, MDS or LitData dataset's parts: for any other, refused rather
-        // than ignored.
-        let columns_for = |what: &str| -> Result<()> {
-            if formats.parquet.names_columns()
-                || formats.mds.names_columns()
-                || formats.litdata.names_columns()
-            {
-                return Err(SourceError::Invalid(format!(
-                    "image and label columns are read from Parquet files, MDS shards and \
-                     LitData chunks, but {} is {what}: leave the columns out",
-                    loader_storage::redact(url)
-                )));
-            }
-            Ok(())
-        };
-        // WebDataset's fields name members of shards: a table's samples have columns.
-        let fields_for = |what: &str| -> Result<()> {
-            if formats.webdataset.names_fields() {
-                return Err(SourceError::Invalid(format!(
-                    "fields name the members of WebDataset shards, but {} is {what}: choose \
-                     its image and label columns with image_column and label_column instead",
-                    loader_storage::redact(url)
-                )));
-            }
-            Ok(())
-        };
-        if let Some(m) = manifest {
-            columns_for("read through a manifest")?;
-            return Dataset::manifest_as(&**store, m.key, m.labels, m.classes).await;
+    /// The dataset at `url`, read through `context` (its store opened at
+    /// [`store_url`](super::store_url)`(url)`). The format is the one `source.format`
+    /// names, or the one its settings choose (`source.manifest`), or else the one that
+    /// fits what the URL names best: shards, Parquet files or an `index.json` a URL names;
+    /// else, in its listing, `.tar` shards, an ImageFolder's images, the `.parquet` files of
+    /// one folder, an MDS or LitData `index.json`. Two formats fitting equally are refused,
+    /// as is a setting the format found does not read, naming what does.
+    pub async fn open(url: &str, context: &SourceContext) -> Result<Dataset> {
+        let formats = registered();
+        let named = split(url)?.1;
+        let probe = Probe::new(url, context, named);
+        let format = choose(&probe, &formats).await?;
+        check_settings(&probe, &*format, &formats)?;
+        if let Some(listed) = probe.listed_now()
+            && listed.iter().any(|m| m.key == PACK_FILE)
+        {
+            unfinished_pack(&probe).await?;
         }
-        if is_mds_index(url) {
-            fields_for("an MDS or LitData dataset")?;
-            return formats.index_json(store).await;
-        }
-        if is_shard_url(url) {
-            let files = split_url(url)?.1.unwrap_or_default();
-            if !files.is_empty() && files.iter().all(|f| is_parquet(f)) {
-                fields_for("Parquet files")?;
-                return formats.parquet.load(store, &files).await;
-            }
-            columns_for("WebDataset shards")?;
-            return formats.webdataset.load(store, &files).await;
-        }
-        let listed = RetryStore::new(&**store, RetryConfig::default())
-            .list_all("")
-            .await?;
-        let shards = shards_of(&listed);
-        if listed.iter().any(|m| m.key == PACK_FILE) {
-            unfinished_pack(store).await?;
-        }
-        // Image files make an ImageFolder, whatever else lies beside them (a `datasets`
-        // imagefolder's metadata.parquet).
-        let images = listed.iter().any(|m| image_extension(&m.key).is_some());
-        let mut parquet: Vec<_> = listed
-            .iter()
-            .filter(|m| is_parquet(&m.key))
-            .cloned()
-            .collect();
-        if shards.is_empty() && !images && !parquet.is_empty() {
-            let folders: BTreeSet<&str> = parquet
-                .iter()
-                .map(|m| m.key.rsplit_once('/').map_or("", |(dir, _)| dir))
-                .collect();
-            if folders.len() > 1 {
-                // A Hub repository's train/ and validation/ read as one dataset would mix
-                // the splits.
-                let shown: Vec<String> = folders.iter().take(4).map(|f| format!("{f}/")).collect();
-                return Err(SourceError::List(
-                    store.name().to_owned(),
-                    format!(
-                        "Parquet files in {} folders ({}{}): give the URL of one split's \
-                         folder, or a brace list of its files",
-                        folders.len(),
-                        shown.join(", "),
-                        if folders.len() > 4 { ", ..." } else { "" }
-                    ),
-                ));
-            }
-            parquet.sort();
-            fields_for("Parquet files")?;
-            return formats.parquet.load_metas(store, parquet).await;
-        }
-        if shards.is_empty() && !images && listed.iter().any(|m| m.key == INDEX) {
-            fields_for("an MDS or LitData dataset")?;
-            return formats.index_json(store).await;
-        }
-        if shards.is_empty() {
-            if let Some(suffix) = compressed_among(&listed) {
-                return Err(SourceError::List(
-                    store.name().to_owned(),
-                    compressed_problem(suffix),
-                ));
-            }
-            columns_for("an ImageFolder")?;
-            Dataset::image_folder_of(listed, store.name())
-        } else {
-            columns_for("WebDataset shards")?;
-            let dataset = formats.webdataset.load_metas(store, shards).await?;
-            // The class names `loader pack` writes beside the shards it packs.
-            if listed.iter().any(|m| m.key == CLASSES_FILE)
-                && dataset.classes().is_empty()
-                && dataset.has_labels()
-            {
-                let text = get_whole(store, CLASSES_FILE).await?;
-                let classes = String::from_utf8_lossy(&text)
-                    .lines()
-                    .map(str::to_owned)
-                    .collect();
-                return dataset
-                    .with_classes(classes)
-                    .map_err(|e| SourceError::List(store.name().to_owned(), e.to_string()));
-            }
-            Ok(dataset)
-        }
+        format.open(&probe).await
     }
 
     /// [`Dataset::open`] for synchronous callers.
-    pub fn open_blocking(
-        url: &str,
-        store: &DynStorage,
-        manifest: Option<Manifest<'_>>,
-        formats: &Formats,
-    ) -> Result<Dataset> {
-        super::blocking::block_on_own_thread(|| Dataset::open(url, store, manifest, formats))
+    pub fn open_blocking(url: &str, context: &SourceContext) -> Result<Dataset> {
+        super::blocking::block_on_own_thread(|| Dataset::open(url, context))
     }
 }
 
-/// Refuses the pack `loader pack` left unfinished in `store` (its `pack.json` says so):
-/// read as it is, it would be a dataset of the samples packed so far, silently.
-async fn unfinished_pack(store: &DynStorage) -> Result<()> {
-    let text = get_whole(store, PACK_FILE).await?;
+/// The format `source.format` names, or the settings choose, or else that fits best.
+async fn choose(probe: &Probe<'_>, formats: &[Arc<dyn Format>]) -> Result<Arc<dyn Format>> {
+    let options = probe.options();
+    if let Some(name) = &options.format {
+        let name = name.trim().to_ascii_lowercase();
+        return formats
+            .iter()
+            .find(|f| f.name() == name)
+            .cloned()
+            .ok_or_else(|| SourceError::UnknownFormat {
+                name,
+                known: names(formats),
+            });
+    }
+    if let Some(format) = formats.iter().find(|f| f.chosen_by(options)) {
+        return Ok(Arc::clone(format));
+    }
+    let mut fits = Vec::new();
+    for format in formats {
+        if let Some(fit) = format.detect(probe).await? {
+            fits.push((fit, format));
+        }
+    }
+    let layout = |found: String| SourceError::Layout {
+        url: loader_storage::redact(probe.url()),
+        found,
+        known: names(formats),
+    };
+    let Some(best) = fits.iter().map(|(fit, _)| *fit).max() else {
+        return Err(layout(match probe.named() {
+            Some(keys) => format!("no format reads {}", keys.join(", ")),
+            None => "no format reads what it holds".into(),
+        }));
+    };
+    let top: Vec<&Arc<dyn Format>> = fits
+        .iter()
+        .filter(|(fit, _)| *fit == best)
+        .map(|(_, f)| *f)
+        .collect();
+    match top.as_slice() {
+        [one] => Ok(Arc::clone(one)),
+        many => Err(layout(format!(
+            "it could be {}",
+            many.iter()
+                .map(|f| format!("{} ({})", f.described(), f.name()))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ))),
+    }
+}
+
+/// Refuses a source setting that `format` does not read: set for another format, it
+/// would be silently ignored.
+fn check_settings(
+    probe: &Probe<'_>,
+    format: &dyn Format,
+    formats: &[Arc<dyn Format>],
+) -> Result<()> {
+    for key in probe.options().chosen() {
+        let setting = key.trim_start_matches("source.");
+        if setting == "format" || format.settings().contains(&setting) {
+            continue;
+        }
+        let readers: Vec<&str> = formats
+            .iter()
+            .filter(|f| f.settings().contains(&setting))
+            .map(|f| f.name())
+            .collect();
+        return Err(SourceError::Unread {
+            key,
+            readers: if readers.is_empty() {
+                "no format".into()
+            } else {
+                readers.join(", ")
+            },
+            url: loader_storage::redact(probe.url()),
+            format: format.described().into(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses the pack `loader pack` left unfinished (its `pack.json` says so): read as it
+/// is, it would be a dataset of the samples packed so far, silently.
+async fn unfinished_pack(probe: &Probe<'_>) -> Result<()> {
+    let text = probe.read(PACK_FILE).await?;
     let Ok(record) = serde_json::from_slice::<serde_json::Value>(&text) else {
         // Someone else's pack.json: not ours to judge.
         return Ok(());
@@ -251,7 +142,7 @@ async fn unfinished_pack(store: &DynStorage) -> Result<()> {
             .and_then(serde_json::Value::as_u64)
             .unwrap_or_default();
         return Err(SourceError::List(
-            store.name().to_owned(),
+            probe.store().name().to_owned(),
             format!(
                 "an unfinished pack ({PACK_FILE} records {done} of {samples} samples): run \
                  the same loader pack again to finish it"
@@ -259,4 +150,22 @@ async fn unfinished_pack(store: &DynStorage) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The store's root and the keys `url` names, by what the registered formats name.
+fn split(url: &str) -> Result<(String, Option<Vec<String>>)> {
+    let formats = registered();
+    split_named(url, |name| formats.iter().any(|f| f.names(name)))
+}
+
+/// The URL of the store a dataset URL lives on, to give [`from_url`](crate::from_url): a
+/// URL of files a format names (a shard, a Parquet file, an `index.json`, a brace list)
+/// is on its directory (`s3://b/train-{0..9}.tar` and `s3://b/data/train-0.parquet` are
+/// on `s3://b` and `s3://b/data`), any other URL is itself.
+pub fn store_url(url: &str) -> Result<String> {
+    Ok(match split(url)? {
+        (root, Some(_)) => root,
+        // As given: how a prefix is spelled is the caller's (a pack records it).
+        (_, None) => url.to_owned(),
+    })
 }

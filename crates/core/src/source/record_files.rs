@@ -5,12 +5,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use loader_scheduler::{Label, RecordOf, Records};
-use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 
 use super::error::{Result, SourceError};
+use super::format::{Fit, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 
 /// Why a file could not be read at open.
@@ -46,11 +47,59 @@ impl FileError {
 /// Files read at open at once: their tables are small reads, each a round trip.
 const OPEN_AT_ONCE: usize = 8;
 
-/// A small file (an `index.json`, a class list) whole, with the loader's retries.
-pub(crate) async fn get_whole(store: &DynStorage, key: &str) -> Result<bytes::Bytes> {
-    Ok(RetryStore::new(&**store, RetryConfig::default())
-        .get(key)
-        .await?)
+/// A small file (an `index.json`, a class list) whole, through the caller's stack.
+pub(crate) async fn get_whole(store: &DynStorage, key: &str) -> Result<Bytes> {
+    Ok(store.get(key).await?)
+}
+
+/// The file that describes an MDS or LitData dataset.
+pub const INDEX: &str = "index.json";
+
+/// Whether a key or URL names an MDS or LitData index (`.../index.json`).
+pub fn is_index(name: &str) -> bool {
+    name == INDEX || name.ends_with("/index.json")
+}
+
+/// How well an `index.json` a probe finds fits the format whose contents `ours` tells
+/// (MDS and LitData both describe their files in one).
+pub(crate) async fn index_fit(
+    probe: &Probe<'_>,
+    ours: impl Fn(&[u8]) -> bool,
+) -> Result<Option<Fit>> {
+    Ok(index_json(probe)
+        .await?
+        .filter(|(_, _, text)| ours(text))
+        .map(|(fit, _, _)| fit))
+}
+
+/// The key and bytes of the `index.json` a probe finds, or an error saying there is no
+/// `what` index (`MDS`, `LitData`).
+pub(crate) async fn index_of(probe: &Probe<'_>, what: &str) -> Result<(String, Bytes)> {
+    match index_json(probe).await? {
+        Some((_, key, text)) => Ok((key, text)),
+        None => Err(SourceError::Invalid(format!(
+            "no {what} index.json at {}",
+            loader_storage::redact(probe.url())
+        ))),
+    }
+}
+
+/// The `index.json` a probe finds, with how it fits and its bytes: the one the URL names,
+/// or the one at the top of its listing. MDS and LitData both describe their files in
+/// one; which of them it is, its contents say.
+pub(crate) async fn index_json(probe: &Probe<'_>) -> Result<Option<(Fit, String, Bytes)>> {
+    let (fit, key) = match probe.named() {
+        Some([key]) if is_index(key) => (Fit::Named, key.clone()),
+        Some(_) => return Ok(None),
+        None => match probe.listed().await? {
+            Some(listed) if listed.iter().any(|m| m.key == INDEX) => {
+                (Fit::Listed, INDEX.to_owned())
+            }
+            _ => return Ok(None),
+        },
+    };
+    let text = probe.read(&key).await?;
+    Ok(Some((fit, key, text)))
 }
 
 /// The files an index at key `index` lists, named relative to its folder by `name`, each

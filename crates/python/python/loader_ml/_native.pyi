@@ -35,6 +35,9 @@ class Dataset:
         classes: list[str] | None = None,
         image_column: str | None = None,
         label_column: str | None = None,
+        member_columns: list[str] | None = None,
+        format: str | None = None,
+        options: dict[str, str] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     @property
@@ -61,6 +64,8 @@ def transform_steps() -> list[tuple[str, list[str]]]:
 def image_suffixes() -> list[str]:
     """The file extensions the native decoder reads, lowercase."""
 
+def launch() -> tuple[int, int]:
+    """This process's ``(rank, world_size)`` as its launcher (torchrun, SLURM, MPI) says."""
 def option_keys() -> list[tuple[str, str, str]]:
     """Every loader option: ``(key, default, doc)``."""
 

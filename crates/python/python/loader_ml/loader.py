@@ -435,16 +435,6 @@ def _process_group() -> tuple[int, int] | None:
     return dist.get_rank(), dist.get_world_size()
 
 
-def _env_world_size() -> int:
-    """``WORLD_SIZE`` (torchrun) or ``SLURM_NTASKS``, else 1."""
-    for name in ("WORLD_SIZE", "SLURM_NTASKS"):
-        try:
-            return max(1, int(os.environ[name]))
-        except (KeyError, ValueError):
-            continue
-    return 1
-
-
 def _torch_worker() -> Any:
     """torch's ``get_worker_info()`` when this runs in a torch DataLoader worker."""
     data = sys.modules.get("torch.utils.data")
@@ -529,6 +519,14 @@ _OPTIONS = {
     "cache_block": "cache.block",
     "cache_node_ranks": "cache.node_ranks",
     "cache_local_rank": "cache.local_rank",
+    "format": "source.format",
+    "manifest": "source.manifest",
+    "labels": "source.labels",
+    "classes": "source.classes",
+    "fields": "source.fields",
+    "image_column": "source.image_column",
+    "label_column": "source.label_column",
+    "member_columns": "source.member_columns",
 }
 
 
@@ -624,7 +622,7 @@ class DataLoader:
             returning an array (HWC or CHW; uint8 stays, floats become float32), run on the
             decode threads under the GIL; or ``None`` for uint8 ``[H, W, C]`` images.
         num_workers: decode threads (default: the cores of this process shared by the
-            ranks of its node, ``LOCAL_WORLD_SIZE`` under torchrun; 0 means one). Threads,
+            ranks of its node as the launcher says; 0 means one). Threads,
             not processes: nothing is pickled or copied between them.
         max_in_flight: storage requests in flight, fixed (default: set by the loader
             itself from the latency and rates it measures, up to 16,384).
@@ -652,10 +650,14 @@ class DataLoader:
             ``webp``) and of the labels (integers, with ``ClassLabel`` names when
             ``datasets`` wrote the file, or class-name strings in Parquet; default
             ``label`` or ``cls`` when present, ``""`` for none).
+        member_columns: for Parquet files, other columns handed with each sample as its
+            members, by name: to a Rust stage; refused here until Python receives them.
+        format: the datasets' format by name (``"imagefolder"``, ``"manifest"``,
+            ``"webdataset"``, ``"parquet"``, ``"mds"``, ``"litdata"``); default: found from
+            the URL and what it holds, an ambiguous one refused naming this setting.
         rank, world_size: this process's share of every global batch (default: from
-            torch.distributed's process group when it is initialised, else ``RANK`` and
-            ``WORLD_SIZE`` as torchrun sets them, or SLURM's ``SLURM_PROCID`` and
-            ``SLURM_NTASKS``). Global batch ``b`` is positions ``K + b*G`` to
+            torch.distributed's process group when it is initialised, else the launcher's
+            variables: torchrun's, SLURM's or MPI's). Global batch ``b`` is positions ``K + b*G`` to
             ``K + (b+1)*G`` of the epoch's order (``G = world_size * batch_size``, ``K``
             where the run started) and each rank takes ``batch_size`` of them, as
             ``DistributedSampler`` gives rank ``r`` the indices ``r, r + W, ...``; the order
@@ -677,8 +679,7 @@ class DataLoader:
             reads fewer than 2 lanes; chosen when a run starts and kept in its state).
         cache_dir: cache what is read in this directory, so later epochs and runs read
             local disk. The ranks of a node share one directory within one budget, which
-            keeps what the node reads next (``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` as torchrun
-            sets them); ``cache_stats()`` reports the node's totals.
+            keeps what the node reads next (its ranks as the launcher says); ``cache_stats()`` reports the node's totals.
         cache_size: the cache directory's budget in bytes (default 16 GiB).
         cache_memory: the cache's memory tier in bytes (default 256 MiB).
         cache_policy: what the cache evicts: ``"future"`` (what is read last or never in
@@ -699,8 +700,8 @@ class DataLoader:
         cache_block: the unit of ranged reads in the cache, in bytes.
         cache_node_ranks, cache_local_rank: the ranks of this node that share
             ``cache_dir``, and this one's place among them; the cache keeps by all their
-            reads (default: ``LOCAL_WORLD_SIZE``/``LOCAL_RANK`` as torchrun sets them, or
-            SLURM's ``SLURM_NTASKS_PER_NODE``/``SLURM_LOCALID``; else this rank alone).
+            reads (default: the launcher's local ranks, torchrun's, SLURM's or MPI's;
+            else this rank alone).
         output: ``"torch"``, ``"numpy"`` or ``"auto"`` (torch tensors when torch imports).
         draft: let JPEGs decode at 1/2, 1/4 or 1/8 scale in the DCT domain (Pillow's
             ``Image.draft``) when the transform's first step is a ``Resize`` or
@@ -794,10 +795,16 @@ class DataLoader:
         decode: dict[str, sample_fields.Decoder] | None = None,
         image_column: str | None = None,
         label_column: str | None = None,
+        member_columns: Sequence[str] | None = None,
+        format: str | None = None,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         given = {k: v for k, v in locals().items() if k in _OPTIONS}
+        if member_columns is not None:
+            raise ConfigError("member_columns: the Python package does not hand a sample's "
+                              "members to Python yet; read them from Rust "
+                              "(SampleInfo::members)")
         if fields is None and decode is not None:
             raise ConfigError("decode= says how the members named by fields= are decoded: "
                               "give fields= too")
@@ -820,11 +827,15 @@ class DataLoader:
                 one = Dataset(os.fspath(one), manifest=manifest, labels=labels,
                               classes=None if classes is None else list(classes),
                               storage_options=storage_options, fields=names,
-                              image_column=image_column, label_column=label_column)
+                              image_column=image_column, label_column=label_column,
+                              member_columns=None if member_columns is None
+                              else list(member_columns), format=format)
             elif any(v is not None for v in (manifest, storage_options, labels, classes,
-                                             image_column, label_column)):
-                raise ConfigError("manifest, labels, classes, storage_options, image_column "
-                                  "and label_column belong to the Dataset given: open it "
+                                             image_column, label_column, member_columns,
+                                             format)):
+                raise ConfigError("manifest, labels, classes, storage_options, image_column, "
+                                  "label_column, member_columns and format belong to the "
+                                  "Dataset given: open it "
                                   "with them, or give the URL")
             elif one.num_shards and one.fields != names:
                 raise ConfigError(
@@ -868,7 +879,7 @@ class DataLoader:
             # Each worker reads its rank's share: unless the share is split by worker too
             # (a world of workers x ranks), every sample would come once per worker.
             group = _process_group()
-            ranks = group[1] if group is not None else _env_world_size()
+            ranks = group[1] if group is not None else _native.launch()[1]
             if world_size is None or world_size < worker.num_workers * ranks:
                 raise ConfigError(
                     f"made inside worker {worker.id} of {worker.num_workers} of a torch "
@@ -877,8 +888,8 @@ class DataLoader:
                     "decodes on threads of its own), use num_workers=0, or give rank= and "
                     "world_size= that split by worker too (world_size = num_workers x "
                     "ranks)")
-        # Ranks: as given, else torch.distributed's process group, else the environment
-        # (RANK/WORLD_SIZE, SLURM's), which the native side reads.
+        # Ranks: as given, else torch.distributed's process group, else the launcher's
+        # variables, which the native side reads.
         self._ranks_from = "given"
         if rank is None and world_size is None:
             group = _process_group()
@@ -911,9 +922,11 @@ class DataLoader:
                               "accelerator)", UserWarning, stacklevel=2)
         if self._ranks_from != "environment":
             given["rank"], given["world_size"] = rank, world_size
+        # The source's options opened the datasets above; the loader takes the rest.
         options = {
             _OPTIONS[kw]: _option_text(_CONVERT.get(kw, _same)(value))
-            for kw, value in given.items() if value is not None
+            for kw, value in given.items()
+            if value is not None and not _OPTIONS[kw].startswith("source.")
         }
         # Raw parts cross over only when a field needs them: otherwise the image path.
         raw_fields = tuple(f for f in planned or () if not f.native and not f.label)

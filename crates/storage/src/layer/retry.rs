@@ -128,16 +128,6 @@ impl<S: Storage> RetryStore<S> {
         &self.inner
     }
 
-    /// Every object below `prefix`, collected; a transient failure anywhere in the listing
-    /// restarts it from the beginning, within the same attempts and time as a request.
-    pub async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
-        use futures::TryStreamExt;
-        self.retry(&mut Served::default(), &GetOptions::default(), || {
-            self.inner.list(prefix).try_collect::<Vec<_>>()
-        })
-        .await
-    }
-
     /// `attempt` until it succeeds, fails for good, or the policy gives up; what was
     /// retried (and what the attempts' own layers met) is added to `served`.
     async fn retry<T, F, Fut>(
@@ -216,6 +206,16 @@ impl<S: Storage> Storage for RetryStore<S> {
     async fn head(&self, key: &str) -> Result<ObjectMeta> {
         self.retry(&mut Served::default(), &GetOptions::default(), || {
             self.inner.head(key)
+        })
+        .await
+    }
+
+    /// Every object below `prefix`, collected; a transient failure anywhere in the listing
+    /// restarts it from the beginning, within the same attempts and time as a request.
+    async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        use futures::TryStreamExt;
+        self.retry(&mut Served::default(), &GetOptions::default(), || {
+            self.inner.list(prefix).try_collect::<Vec<_>>()
         })
         .await
     }

@@ -15,14 +15,15 @@ mod leaves;
 
 use std::sync::Arc;
 
-use loader_storage::layer::{RetryConfig, RetryStore};
+use async_trait::async_trait;
 use loader_storage::{DynStorage, Storage};
 
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
+use super::format::{Fit, Format, Probe};
 use super::index::Dataset;
-use super::record_files::{dataset_of, get_whole, open_files};
+use super::record_files::{dataset_of, get_whole, index_fit, index_of, is_index, open_files};
 use leaves::Columns;
 
 /// Whether `text`, the bytes of an `index.json`, describes LitData chunks rather than
@@ -68,11 +69,6 @@ impl LitData {
         self
     }
 
-    /// Whether an image or label leaf was named.
-    pub(crate) fn names_columns(&self) -> bool {
-        self.columns.named()
-    }
-
     /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
     pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
         let text = get_whole(store, index).await?;
@@ -91,7 +87,6 @@ impl LitData {
         index: &str,
         text: &[u8],
     ) -> Result<Dataset> {
-        let retried = RetryStore::new(&**store, RetryConfig::default());
         let name = store.name().to_owned();
         let problem = |file: &str, problem: String| SourceError::LitData {
             file: file.to_owned(),
@@ -107,7 +102,7 @@ impl LitData {
         .map_err(|p| problem(index, p))?;
         let labelled = columns.label.is_some();
         let columns = Arc::new(columns);
-        let (retried, packing, problem) = (&retried, described.packing, &problem);
+        let (store, packing, problem) = (&**store, described.packing, &problem);
         let files = open_files(
             index,
             described.chunks,
@@ -115,7 +110,7 @@ impl LitData {
             |key, chunk| {
                 let columns = Arc::clone(&columns);
                 async move {
-                    chunk::items(retried, &key, &chunk, packing, columns)
+                    chunk::items(store, &key, &chunk, packing, columns)
                         .await
                         .map_err(|e| e.into_source(|p| problem(&key, p)))
                 }
@@ -123,5 +118,35 @@ impl LitData {
         )
         .await?;
         dataset_of(files, self.chunk_bytes, "item", labelled)
+    }
+}
+
+#[async_trait(?Send)]
+impl Format for LitData {
+    fn name(&self) -> &'static str {
+        "litdata"
+    }
+
+    fn described(&self) -> &'static str {
+        "LitData chunks"
+    }
+
+    fn settings(&self) -> &'static [&'static str] {
+        &["image_column", "label_column"]
+    }
+
+    fn names(&self, name: &str) -> bool {
+        is_index(name)
+    }
+
+    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
+        index_fit(probe, is_litdata_index).await
+    }
+
+    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
+        let (key, text) = index_of(probe, "LitData").await?;
+        let mut chunks = self.clone();
+        chunks.columns = chunks.columns.with_options(probe.options());
+        chunks.load_index(probe.store(), &key, &text).await
     }
 }

@@ -8,23 +8,20 @@ mod layout;
 
 use std::sync::Arc;
 
-use loader_storage::layer::{RetryConfig, RetryStore};
+use async_trait::async_trait;
 use loader_storage::{DynStorage, Storage};
 
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
+use super::format::{Fit, Format, Probe};
 use super::index::Dataset;
-use super::record_files::{RecordFile, dataset_of, get_whole, open_files};
+use super::litdata::is_litdata_index;
+use super::record_files::{RecordFile, dataset_of, get_whole, index_fit, index_of, open_files};
 use layout::{Compression, Shard};
 
-/// The file that describes an MDS dataset.
-pub const INDEX: &str = "index.json";
-
-/// Whether a key or URL names an MDS (or LitData) index (`.../index.json`).
-pub fn is_mds_index(name: &str) -> bool {
-    name == INDEX || name.ends_with("/index.json")
-}
+/// The file that describes an MDS dataset, and whether a key or URL names one.
+pub use super::record_files::{INDEX, is_index as is_mds_index};
 
 /// How MDS shards become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]
@@ -56,11 +53,6 @@ impl Mds {
         self
     }
 
-    /// Whether an image or label column was named.
-    pub(crate) fn names_columns(&self) -> bool {
-        self.columns.named()
-    }
-
     /// The column holding the labels (an integer encoding); `""` for none.
     pub fn label_column(mut self, name: impl Into<String>) -> Self {
         self.columns.label = Some(name.into());
@@ -81,7 +73,6 @@ impl Mds {
         index: &str,
         text: &[u8],
     ) -> Result<Dataset> {
-        let retried = RetryStore::new(&**store, RetryConfig::default());
         let name = store.name().to_owned();
         let problem = |file: &str, problem: String| SourceError::Mds {
             file: file.to_owned(),
@@ -112,7 +103,7 @@ impl Mds {
             ));
         }
         let columns = Arc::new(columns);
-        let (retried, problem) = (&retried, &problem);
+        let (store, problem) = (&**store, &problem);
         let labelled = columns.label.is_some();
         let files = open_files(
             index,
@@ -121,7 +112,7 @@ impl Mds {
             |key, shard| {
                 let columns = Arc::clone(&columns);
                 async move {
-                    let samples = layout::samples(retried, &key, &shard)
+                    let samples = layout::samples(store, &key, &shard)
                         .await
                         .map_err(|e| e.into_source(|p| problem(&key, p)))?;
                     let zstd = samples.compression == Compression::Zstd;
@@ -158,5 +149,35 @@ impl Mds {
     /// [`Mds::load`] for synchronous callers.
     pub fn load_blocking(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
         block_on_own_thread(|| self.load(store, index))
+    }
+}
+
+#[async_trait(?Send)]
+impl Format for Mds {
+    fn name(&self) -> &'static str {
+        "mds"
+    }
+
+    fn described(&self) -> &'static str {
+        "MDS shards"
+    }
+
+    fn settings(&self) -> &'static [&'static str] {
+        &["image_column", "label_column"]
+    }
+
+    fn names(&self, name: &str) -> bool {
+        is_mds_index(name)
+    }
+
+    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
+        index_fit(probe, |text| !is_litdata_index(text)).await
+    }
+
+    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
+        let (key, text) = index_of(probe, "MDS").await?;
+        let mut shards = self.clone();
+        shards.columns = shards.columns.with_options(probe.options());
+        shards.load_index(probe.store(), &key, &text).await
     }
 }

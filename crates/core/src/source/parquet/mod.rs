@@ -22,15 +22,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use loader_scheduler::{Label, RecordOf};
-use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 use parquet::file::metadata::ParquetMetaData;
 
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
+use super::extensions::image_extension;
+use super::format::{Fit, Format, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 use columns::{Columns, LabelValues, Value};
 use footer::FooterError;
@@ -163,11 +165,6 @@ impl Parquet {
         self
     }
 
-    /// Whether an image, label or member column was named.
-    pub(crate) fn names_columns(&self) -> bool {
-        self.columns.named() || !self.members.is_empty()
-    }
-
     /// The column holding the labels (integers or class-name strings); `""` for none, so
     /// every sample is unlabelled.
     pub fn label_column(mut self, name: impl Into<String>) -> Self {
@@ -195,11 +192,9 @@ impl Parquet {
                 store.name()
             )));
         }
-        let retried = RetryStore::new(&**store, RetryConfig::default());
-        let retried = &retried;
         let held = &AtomicU64::new(0);
         let opened: Vec<Opened> = futures::stream::iter(metas)
-            .map(|meta| async move { self.open(retried, store.name(), meta, held).await })
+            .map(|meta| async move { self.open_file(&**store, store.name(), meta, held).await })
             .buffered(self.concurrency)
             .try_collect()
             .await?;
@@ -215,7 +210,7 @@ impl Parquet {
         block_on_own_thread(|| self.load_metas(store, metas))
     }
 
-    async fn open(
+    async fn open_file(
         &self,
         store: &dyn Storage,
         name: &str,
@@ -730,4 +725,76 @@ where
         }
     }
     Ok((external, mixed))
+}
+
+#[async_trait(?Send)]
+impl Format for Parquet {
+    fn name(&self) -> &'static str {
+        "parquet"
+    }
+
+    fn described(&self) -> &'static str {
+        "Parquet files"
+    }
+
+    fn settings(&self) -> &'static [&'static str] {
+        &["image_column", "label_column", "member_columns"]
+    }
+
+    fn names(&self, name: &str) -> bool {
+        is_parquet(name)
+    }
+
+    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
+        if let Some(keys) = probe.named() {
+            return Ok(
+                (!keys.is_empty() && keys.iter().all(|k| is_parquet(k))).then_some(Fit::Named)
+            );
+        }
+        let listed = probe.listed().await?.unwrap_or_default();
+        // Parquet beside images is a `datasets` imagefolder's metadata.parquet, not the
+        // dataset.
+        let ours = listed.iter().any(|m| is_parquet(&m.key))
+            && !listed.iter().any(|m| image_extension(&m.key).is_some());
+        Ok(ours.then_some(Fit::Listed))
+    }
+
+    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
+        let options = probe.options();
+        let mut files = self.clone();
+        files.columns = files.columns.with_options(options);
+        if !options.member_columns.is_empty() {
+            files.members.clone_from(&options.member_columns);
+        }
+        let store = probe.store();
+        let Some(listed) = probe.listed().await? else {
+            return files.load(store, probe.named().unwrap_or_default()).await;
+        };
+        let mut metas: Vec<ObjectMeta> = listed
+            .iter()
+            .filter(|m| is_parquet(&m.key))
+            .cloned()
+            .collect();
+        let folders: BTreeSet<&str> = metas
+            .iter()
+            .map(|m| m.key.rsplit_once('/').map_or("", |(dir, _)| dir))
+            .collect();
+        if folders.len() > 1 {
+            // A Hub repository's train/ and validation/ read as one dataset would mix the
+            // splits.
+            let shown: Vec<String> = folders.iter().take(4).map(|f| format!("{f}/")).collect();
+            return Err(SourceError::List(
+                store.name().to_owned(),
+                format!(
+                    "Parquet files in {} folders ({}{}): give the URL of one split's folder, \
+                     or a brace list of its files",
+                    folders.len(),
+                    shown.join(", "),
+                    if folders.len() > 4 { ", ..." } else { "" }
+                ),
+            ));
+        }
+        metas.sort();
+        files.load_metas(store, metas).await
+    }
 }

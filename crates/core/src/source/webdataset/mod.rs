@@ -23,7 +23,6 @@
 //! # }
 //! ```
 
-mod braces;
 mod group;
 mod index;
 mod tar;
@@ -32,19 +31,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use async_trait::async_trait;
 use futures::StreamExt;
-use loader_storage::layer::{RetryConfig, RetryStore};
 use loader_storage::{DynStorage, ErrorKind, ObjectMeta, Storage};
 
 pub use crate::source::local_cache::{default_cache_dir, write_atomically};
-pub use braces::expand as expand_braces;
+pub use crate::source::url::expand as expand_braces;
 pub use group::IndexedSample;
 pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::index::Dataset;
+use super::extensions::image_extension;
+use super::format::{Fit, Format, Probe};
+use super::index::{CLASSES_FILE, Dataset};
 use super::parquet::is_parquet;
+pub use crate::source::format::Progress;
 use loader_scheduler::Label;
 
 use super::index::{Item, Member, ShardLayout};
@@ -64,9 +66,6 @@ pub enum LabelSource {
     /// No label: every sample is labelled -1.
     None,
 }
-
-/// Called as shards are indexed: (shards done, shards in all).
-pub type Progress = Arc<dyn Fn(usize, usize) + Send + Sync>;
 
 /// How WebDataset shards become a [`Dataset`].
 #[derive(Clone)]
@@ -131,11 +130,6 @@ impl WebDataset {
     ) -> Self {
         self.image_suffixes = suffixes.into_iter().map(Into::into).collect();
         self
-    }
-
-    /// Whether [`fields`](Self::fields) named the members to read.
-    pub(crate) fn names_fields(&self) -> bool {
-        self.members.is_some()
     }
 
     /// A sample's parts as WebDataset's `to_tuple` names them: each field a member suffix
@@ -209,7 +203,8 @@ impl WebDataset {
         options: impl IntoIterator<Item = (impl AsRef<str>, impl Into<String>)>,
     ) -> Result<(DynStorage, Dataset)> {
         let (store, metas) = self.resolve_url(url, options).await?;
-        let dataset = self.load_metas(&store, metas).await?;
+        let stacked = crate::LoaderOptions::default().request_stack(Arc::clone(&store));
+        let dataset = self.load_metas(&stacked, metas).await?;
         Ok((store, dataset))
     }
 
@@ -310,7 +305,10 @@ impl WebDataset {
     ) -> Result<(DynStorage, Vec<ObjectMeta>)> {
         let (root, shards) = split_url(url)?;
         let store = loader_storage::from_url(&root, options)?;
-        let metas = self.resolve(&store, shards).await?;
+        // Read behind the default request stack; the store is handed back bare, for a
+        // loader that puts it behind its own.
+        let stacked = crate::LoaderOptions::default().request_stack(Arc::clone(&store));
+        let metas = self.resolve(&stacked, shards).await?;
         Ok((store, metas))
     }
 
@@ -352,10 +350,7 @@ impl WebDataset {
         }
         if self.sidecars {
             let sidecar = format!("{}{SIDECAR_SUFFIX}", meta.key);
-            match RetryStore::new(&**store, RetryConfig::default())
-                .get(&sidecar)
-                .await
-            {
+            match store.get(&sidecar).await {
                 Ok(bytes) => {
                     if let Some(index) = ShardIndex::parse(&bytes).filter(|i| i.is_fresh_for(meta))
                     {
@@ -419,8 +414,7 @@ impl WebDataset {
         let scanned = {
             let (store, key) = (Arc::clone(&store), key.clone());
             tokio::task::spawn_blocking(move || {
-                let retried = RetryStore::new(&*store, RetryConfig::default());
-                tar::scan_object(&retried, &key, size, block, &runtime, &cancel)
+                tar::scan_object(&*store, &key, size, block, &runtime, &cancel)
             })
             .await
         };
@@ -651,31 +645,16 @@ pub fn index_tar(name: &str, bytes: &[u8]) -> Result<Vec<IndexedSample>> {
 /// `.tar` under the root". Braces may stand anywhere after the last `/` before the first
 /// brace: `s3://b/train-{000..009}.tar`, `/data/{a,b}/x.tar`.
 pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
-    // Errors show the URL without its user info and query, where credentials hide.
-    let list_error = |problem: String| SourceError::List(loader_storage::redact(url), problem);
-    let cut = match url.find('{') {
-        Some(brace) => url[..brace].rfind('/'),
-        None if is_tar(url) || compressed_tar(url).is_some() || is_parquet(url) => url.rfind('/'),
-        None => return Ok((url.trim_end_matches('/').to_owned(), None)),
-    };
-    let (root, pattern) = match cut {
-        Some(i) => (url[..i].to_owned(), &url[i + 1..]),
-        None => (".".to_owned(), url),
-    };
-    if pattern.contains('?') {
-        // A query would become part of every shard's key (and show up in errors, where a
-        // signature or token must not).
-        return Err(list_error(
-            "a shard URL with a query (?...) is not supported: give the store's credentials \
-             as storage options instead"
-                .into(),
+    let (root, keys) = super::url::split_named(url, |name| {
+        is_tar(name) || compressed_tar(name).is_some() || is_parquet(name)
+    })?;
+    if let Some(suffix) = keys.iter().flatten().find_map(|k| compressed_tar(k)) {
+        return Err(SourceError::List(
+            loader_storage::redact(url),
+            compressed_problem(suffix),
         ));
     }
-    let keys = braces::expand(pattern).map_err(list_error)?;
-    if let Some(suffix) = keys.iter().find_map(|k| compressed_tar(k)) {
-        return Err(list_error(compressed_problem(suffix)));
-    }
-    Ok((if root.is_empty() { "/".into() } else { root }, Some(keys)))
+    Ok((root, keys))
 }
 
 /// Whether `url` names files (a brace list, a `.tar` or a `.parquet`) rather than a prefix.
@@ -710,23 +689,23 @@ pub(crate) fn compressed_problem(suffix: &str) -> String {
     )
 }
 
-/// The `.tar` objects under `prefix`, sorted by key (retried as dataset listings are).
+/// The `.tar` objects under `prefix`, sorted by key.
 pub async fn list_shards(store: &dyn Storage, prefix: &str) -> Result<Vec<ObjectMeta>> {
-    let listed = RetryStore::new(store, RetryConfig::default())
-        .list_all(prefix)
-        .await?;
+    let listed = store.list_all(prefix).await?;
     let shards = shards_of(&listed);
     if shards.is_empty() {
-        let problem = match compressed_among(&listed) {
-            Some(suffix) => compressed_problem(suffix),
-            None => "no .tar files there".into(),
-        };
-        return Err(SourceError::List(
-            format!("{}/{prefix}", store.name()),
-            problem,
-        ));
+        return Err(no_shards(&format!("{}/{prefix}", store.name()), &listed));
     }
     Ok(shards)
+}
+
+/// Why a listing holds no shards to read: compressed ones, or none at all.
+fn no_shards(listed_at: &str, listed: &[ObjectMeta]) -> SourceError {
+    let problem = match compressed_among(listed) {
+        Some(suffix) => compressed_problem(suffix),
+        None => "no .tar files there".into(),
+    };
+    SourceError::List(listed_at.to_owned(), problem)
 }
 
 /// The compressed-tar suffix of the first such object of a listing: a listing of
@@ -740,4 +719,76 @@ pub fn shards_of(listed: &[ObjectMeta]) -> Vec<ObjectMeta> {
     let mut shards: Vec<ObjectMeta> = listed.iter().filter(|m| is_tar(&m.key)).cloned().collect();
     shards.sort();
     shards
+}
+
+#[async_trait(?Send)]
+impl Format for WebDataset {
+    fn name(&self) -> &'static str {
+        "webdataset"
+    }
+
+    fn described(&self) -> &'static str {
+        "WebDataset shards"
+    }
+
+    fn settings(&self) -> &'static [&'static str] {
+        &["fields"]
+    }
+
+    fn names(&self, name: &str) -> bool {
+        is_tar(name) || compressed_tar(name).is_some()
+    }
+
+    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
+        if let Some(keys) = probe.named() {
+            return Ok(keys.iter().any(|k| self.names(k)).then_some(Fit::Named));
+        }
+        let listed = probe.listed().await?.unwrap_or_default();
+        // Compressed shards are ours to refuse, unless images say it is an ImageFolder.
+        let ours = listed.iter().any(|m| is_tar(&m.key))
+            || (compressed_among(listed).is_some()
+                && !listed.iter().any(|m| image_extension(&m.key).is_some()));
+        Ok(ours.then_some(Fit::Listed))
+    }
+
+    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
+        let mut shards = self.clone();
+        if let Some(fields) = &probe.options().fields {
+            shards = shards.fields(fields);
+        }
+        if let Some(progress) = probe.progress() {
+            shards = shards.progress(Arc::clone(progress));
+        }
+        let store = probe.store();
+        let Some(listed) = probe.listed().await? else {
+            let keys = probe.named().unwrap_or_default();
+            if let Some(suffix) = keys.iter().find_map(|k| compressed_tar(k)) {
+                return Err(SourceError::List(
+                    loader_storage::redact(probe.url()),
+                    compressed_problem(suffix),
+                ));
+            }
+            return shards.load(store, keys).await;
+        };
+        let metas = shards_of(listed);
+        if metas.is_empty() {
+            return Err(no_shards(store.name(), listed));
+        }
+        let dataset = shards.load_metas(store, metas).await?;
+        // The class names `loader pack` writes beside the shards it packs.
+        if listed.iter().any(|m| m.key == CLASSES_FILE)
+            && dataset.classes().is_empty()
+            && dataset.has_labels()
+        {
+            let text = probe.read(CLASSES_FILE).await?;
+            let classes = String::from_utf8_lossy(&text)
+                .lines()
+                .map(str::to_owned)
+                .collect();
+            return dataset
+                .with_classes(classes)
+                .map_err(|e| SourceError::List(store.name().to_owned(), e.to_string()));
+        }
+        Ok(dataset)
+    }
 }

@@ -19,13 +19,16 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use loader_sampler::{Batching, StopRule};
 use loader_scheduler::{Config, ErrorPolicy, Fetch, Hedge, Order};
 use loader_storage::layer::{CacheConfig, CachePolicy, RetryConfig};
+use loader_storage::{DynStorage, StorageExt};
 
 use crate::error::{ConfigError, OptionError};
+use crate::launch::Launch;
 
 /// The default deadline of one attempt of one request: far above any healthy GET of a
 /// sample, so only a stalled connection trips it, and then the retry policy takes over.
@@ -53,14 +56,6 @@ pub struct OptionKey {
     pub default: String,
     /// What it does, in one line.
     pub doc: &'static str,
-}
-
-/// A value an option holds: read from the text a front end passes, and written back.
-pub trait OptionValue: Sized {
-    /// The value of `text`, or why it is not one.
-    fn parse(text: &str) -> Result<Self, String>;
-    /// The value as [`parse`](Self::parse) reads it.
-    fn show(&self) -> String;
 }
 
 /// Declares an options group: its struct (one documented field per option, one doc line
@@ -92,7 +87,7 @@ macro_rules! options_group {
 
         impl $name {
             /// Set the option at `key` (relative to this group); `None` if it has none.
-            fn set_key(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
+            pub(crate) fn set_key(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
                 match key {
                     $( stringify!($field) => {
                         return Some(OptionValue::parse(value.trim()).map(|v| self.$field = v));
@@ -108,7 +103,7 @@ macro_rules! options_group {
             }
 
             /// This group's options and their values here, under `prefix`.
-            fn list(&self, prefix: &str, out: &mut Vec<OptionKey>) {
+            pub(crate) fn list(&self, prefix: &str, out: &mut Vec<OptionKey>) {
                 $( out.push(OptionKey {
                     key: format!("{prefix}{}", stringify!($field)),
                     default: self.$field.show(),
@@ -121,6 +116,12 @@ macro_rules! options_group {
         }
     };
 }
+
+mod source;
+mod value;
+
+pub use source::{Column, SourceOptions};
+pub use value::OptionValue;
 
 options_group! {
     /// Every plain-data setting of a [`DataLoader`](crate::DataLoader), with PyTorch's
@@ -159,6 +160,8 @@ options_group! {
         storage: StorageOptions,
         /// The cache in memory and on local disk.
         cache: CacheOptions,
+        /// How the dataset is found and read when it is opened by URL.
+        source: SourceOptions,
     }
 }
 
@@ -224,10 +227,50 @@ options_group! {
         policy: CachePolicy = CachePolicy::Future,
         /// Bytes of the unit in which ranged reads are cached.
         block: u64 = CacheConfig::default().block_bytes,
-        /// Ranks of this node sharing the directory: the cache keeps by all their reads (none: LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE, else 1).
+        /// Ranks of this node sharing the directory: the cache keeps by all their reads (none: the launcher's ranks per node, else 1).
         node_ranks: Option<usize> = None,
-        /// This process's place among the node's ranks (none: LOCAL_RANK or SLURM_LOCALID, else rank modulo node_ranks).
+        /// This process's place among the node's ranks (none: the launcher's local rank, else rank modulo node_ranks).
         local_rank: Option<usize> = None,
+    }
+}
+
+/// What setting `key` (spelled `full` in messages) answered: done, a value it cannot
+/// read, or no such key (naming those there are).
+pub(crate) fn answer(
+    key: &str,
+    full: &str,
+    found: Option<Result<(), String>>,
+    keys: fn() -> Vec<OptionKey>,
+) -> Result<(), OptionError> {
+    match found {
+        Some(Ok(())) => Ok(()),
+        Some(Err(problem)) => Err(OptionError::Value {
+            key: full.to_owned(),
+            problem,
+        }),
+        None => Err(OptionError::Unknown {
+            key: key.to_owned(),
+            known: keys()
+                .into_iter()
+                .map(|k| k.key)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+impl StorageOptions {
+    /// `store` with each attempt under the timeout (inside the retry: a stalled attempt is
+    /// abandoned and repeated) and retried by `retry`.
+    pub(crate) fn stack(&self, store: DynStorage, retry: Option<RetryConfig>) -> DynStorage {
+        let store = match self.request_timeout {
+            Some(timeout) => Arc::new(store.with_timeout(timeout)) as DynStorage,
+            None => store,
+        };
+        match retry {
+            Some(retry) => Arc::new(store.with_retry(retry)) as DynStorage,
+            None => store,
+        }
     }
 }
 
@@ -235,21 +278,8 @@ impl LoaderOptions {
     /// Set the option at dotted `key` (`batch_size`, `engine.prefetch`, `cache.dir`, ...)
     /// from its text; `none` unsets an optional one.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), OptionError> {
-        match self.set_key(key.trim(), value) {
-            Some(Ok(())) => Ok(()),
-            Some(Err(problem)) => Err(OptionError::Value {
-                key: key.trim().to_owned(),
-                problem,
-            }),
-            None => Err(OptionError::Unknown {
-                key: key.to_owned(),
-                known: Self::keys()
-                    .into_iter()
-                    .map(|k| k.key)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            }),
-        }
+        let found = self.set_key(key.trim(), value);
+        answer(key, key.trim(), found, Self::keys)
     }
 
     /// Every option: its key, its default and what it does.
@@ -296,6 +326,7 @@ impl LoaderOptions {
                     .into(),
             ));
         }
+        self.source.validate()?;
         self.engine_config().validate().map_err(ConfigError::Engine)
     }
 
@@ -329,6 +360,45 @@ impl LoaderOptions {
         })
     }
 
+    /// `store` behind the request bounds these options set: each attempt under
+    /// `storage.request_timeout`, retried `storage.max_retries` times. What every read goes
+    /// through, a dataset's index and its samples alike.
+    pub fn request_stack(&self, store: DynStorage) -> DynStorage {
+        self.storage.stack(store, self.retry_config())
+    }
+
+    /// The ranks whose reads the disk cache is told: those of this process's node
+    /// (`cache.node_ranks` and `cache.local_rank`, else `launch`'s), consecutive ranks
+    /// as launchers number them, within the world these options read.
+    pub fn node_ranks(&self, launch: &Launch) -> Result<Range<usize>, ConfigError> {
+        let (rank, world) = (self.rank, self.world_size.max(1));
+        if world == 1 {
+            // One rank reads it all (under torchrun too, if so configured): no other
+            // rank's reads to announce, whatever the launcher's variables say.
+            return Ok(rank..rank + 1);
+        }
+        let ranks = self
+            .cache
+            .node_ranks
+            .or(launch.node_ranks)
+            .unwrap_or(1)
+            .clamp(1, world);
+        let local = self
+            .cache
+            .local_rank
+            .or(launch.local_rank)
+            .unwrap_or(rank % ranks);
+        if local >= ranks || local > rank {
+            return Err(ConfigError::Option(format!(
+                "cache.local_rank {local} does not fit rank {rank} on a node of {ranks} ranks \
+                 (cache.node_ranks, or the launcher's): set both, or neither to read them \
+                 from the launcher"
+            )));
+        }
+        let first = rank - local;
+        Ok(first..(first + ranks).min(world))
+    }
+
     /// The cache's settings when it is on: a directory, or a memory tier above 0.
     pub fn cache_config(&self) -> Option<CacheConfig> {
         let c = &self.cache;
@@ -346,376 +416,57 @@ impl LoaderOptions {
     }
 }
 
-impl OptionValue for bool {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text.to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" => Ok(false),
-            _ => Err(format!("{text:?} is not true or false")),
-        }
-    }
-    fn show(&self) -> String {
-        self.to_string()
-    }
-}
-
-macro_rules! integer_value {
-    ($($ty:ty),*) => {$(
-        impl OptionValue for $ty {
-            fn parse(text: &str) -> Result<Self, String> {
-                text.replace('_', "")
-                    .parse()
-                    .map_err(|e| format!("{text:?} is not a whole number of at most {}: {e}", <$ty>::MAX))
-            }
-            fn show(&self) -> String {
-                self.to_string()
-            }
-        }
-    )*};
-}
-integer_value!(usize, u64, u32);
-
-impl<T: OptionValue> OptionValue for Option<T> {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text.to_ascii_lowercase().as_str() {
-            "" | "none" | "off" => Ok(None),
-            _ => T::parse(text).map(Some),
-        }
-    }
-    fn show(&self) -> String {
-        self.as_ref().map_or_else(|| "none".into(), T::show)
-    }
-}
-
-impl OptionValue for PathBuf {
-    fn parse(text: &str) -> Result<Self, String> {
-        Ok(PathBuf::from(text))
-    }
-    fn show(&self) -> String {
-        self.display().to_string()
-    }
-}
-
-/// Seconds, as a decimal number.
-impl OptionValue for Duration {
-    fn parse(text: &str) -> Result<Self, String> {
-        text.parse::<f64>()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .ok_or_else(|| format!("{text:?} is not a number of seconds"))
-    }
-    fn show(&self) -> String {
-        format!("{}", self.as_secs_f64())
-    }
-}
-
-/// `start..end`.
-impl OptionValue for Range<usize> {
-    fn parse(text: &str) -> Result<Self, String> {
-        let (start, end) = text
-            .split_once("..")
-            .ok_or_else(|| format!("{text:?} is not a range start..end"))?;
-        Ok(usize::parse(start.trim())?..usize::parse(end.trim())?)
-    }
-    fn show(&self) -> String {
-        format!("{}..{}", self.start, self.end)
-    }
-}
-
 /// Decode threads when none are given: the cores this process may use, shared by the ranks
-/// of its node (torchrun's `LOCAL_WORLD_SIZE`, SLURM's `SLURM_NTASKS_PER_NODE`; SLURM's
-/// `SLURM_CPUS_PER_TASK` when it says the share itself), at least one. Without this, 8 ranks
-/// of a node would each start a thread per core, 8 times what the node has.
+/// of its node as its launcher says ([`Launch::decode_threads`](crate::Launch)).
 pub(crate) fn default_decode_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    threads_per_rank(cores, |name| std::env::var(name).ok())
-}
-
-/// [`default_decode_threads`] for `cores`, reading the environment through `get`.
-fn threads_per_rank(cores: usize, get: impl Fn(&str) -> Option<String>) -> usize {
-    // SLURM's "8(x2)" (8 tasks on each of 2 nodes) reads as 8.
-    let number = |name: &str| {
-        get(name).and_then(|v| {
-            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
-            digits.parse::<usize>().ok().filter(|&n| n > 0)
-        })
-    };
-    if let Some(per_task) = number("SLURM_CPUS_PER_TASK") {
-        return per_task.min(cores).max(1);
-    }
-    let ranks = number("LOCAL_WORLD_SIZE")
-        .or_else(|| number("SLURM_NTASKS_PER_NODE"))
-        .unwrap_or(1);
-    (cores / ranks).max(1)
-}
-
-/// Ranks whose reads the disk cache is told: those of this process's node (torchrun's
-/// `LOCAL_RANK`/`LOCAL_WORLD_SIZE`, SLURM's `SLURM_LOCALID`/`SLURM_NTASKS_PER_NODE`, or the
-/// options), consecutive ranks as both launchers number them, within the world.
-pub(crate) fn node_ranks(options: &LoaderOptions) -> Result<Range<usize>, ConfigError> {
-    node_ranks_from(options, |name| std::env::var(name).ok())
-}
-
-/// [`node_ranks`], reading the environment through `get`.
-fn node_ranks_from(
-    options: &LoaderOptions,
-    get: impl Fn(&str) -> Option<String>,
-) -> Result<Range<usize>, ConfigError> {
-    let number = |name: &str| {
-        get(name).and_then(|v| {
-            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
-            digits.parse::<usize>().ok()
-        })
-    };
-    let (rank, world) = (options.rank, options.world_size.max(1));
-    if world == 1 {
-        // One rank reads it all (under torchrun too, if so configured): no other rank's
-        // reads to announce, whatever the launcher's variables say.
-        return Ok(rank..rank + 1);
-    }
-    let ranks = options
-        .cache
-        .node_ranks
-        .or_else(|| number("LOCAL_WORLD_SIZE"))
-        .or_else(|| number("SLURM_NTASKS_PER_NODE"))
-        .unwrap_or(1)
-        .clamp(1, world);
-    let local = options
-        .cache
-        .local_rank
-        .or_else(|| number("LOCAL_RANK"))
-        .or_else(|| number("SLURM_LOCALID"))
-        .unwrap_or(rank % ranks);
-    if local >= ranks || local > rank {
-        return Err(ConfigError::Option(format!(
-            "cache.local_rank {local} does not fit rank {rank} on a node of {ranks} ranks \
-             (cache.node_ranks, LOCAL_WORLD_SIZE or SLURM_NTASKS_PER_NODE): set both, or \
-             neither to read them from the launcher"
-        )));
-    }
-    let first = rank - local;
-    Ok(first..(first + ranks).min(world))
-}
-
-impl OptionValue for ShardOrder {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text.to_ascii_lowercase().as_str() {
-            "local" => Ok(ShardOrder::Local),
-            "global" => Ok(ShardOrder::Global),
-            _ => Err(format!("{text:?}: local or global")),
-        }
-    }
-    fn show(&self) -> String {
-        match self {
-            ShardOrder::Local => "local",
-            ShardOrder::Global => "global",
-        }
-        .into()
-    }
-}
-
-/// `first_exhausted`, `all_exhausted`, `all_exhausted_without_replacement`,
-/// `samples_per_epoch:N`, `cycle_forever`.
-impl OptionValue for StopRule {
-    fn parse(text: &str) -> Result<Self, String> {
-        let lower = text.trim().to_ascii_lowercase().replace('-', "_");
-        if let Some(n) = lower.strip_prefix("samples_per_epoch") {
-            let n = n.trim_start_matches([':', '=']).trim();
-            return match u64::parse(n)? {
-                0 => Err("samples_per_epoch must be at least 1".into()),
-                n => Ok(StopRule::SamplesPerEpoch(n)),
-            };
-        }
-        match lower.as_str() {
-            "first_exhausted" => Ok(StopRule::FirstExhausted),
-            "all_exhausted" => Ok(StopRule::AllExhausted),
-            "all_exhausted_without_replacement" => Ok(StopRule::AllExhaustedWithoutReplacement),
-            "cycle_forever" => Ok(StopRule::CycleForever),
-            _ => Err(format!(
-                "{text:?}: first_exhausted, all_exhausted, all_exhausted_without_replacement, \
-                 samples_per_epoch:N or cycle_forever"
-            )),
-        }
-    }
-    fn show(&self) -> String {
-        match self {
-            StopRule::FirstExhausted => "first_exhausted".into(),
-            StopRule::AllExhausted => "all_exhausted".into(),
-            StopRule::AllExhaustedWithoutReplacement => "all_exhausted_without_replacement".into(),
-            StopRule::SamplesPerEpoch(n) => format!("samples_per_epoch:{n}"),
-            StopRule::CycleForever => "cycle_forever".into(),
-        }
-    }
-}
-
-/// `mixed` or `per_stream`.
-impl OptionValue for Batching {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text.trim().to_ascii_lowercase().replace('-', "_").as_str() {
-            "mixed" => Ok(Batching::Mixed),
-            "per_stream" => Ok(Batching::PerStream),
-            _ => Err(format!("{text:?}: mixed or per_stream")),
-        }
-    }
-    fn show(&self) -> String {
-        match self {
-            Batching::Mixed => "mixed",
-            Batching::PerStream => "per_stream",
-        }
-        .into()
-    }
-}
-
-impl OptionValue for Order {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text.to_ascii_lowercase().replace('-', "_").as_str() {
-            "sampler" => Ok(Order::Sampler),
-            "as_completed" => Ok(Order::AsCompleted),
-            _ => Err(format!("{text:?}: sampler or as_completed")),
-        }
-    }
-    fn show(&self) -> String {
-        match self {
-            Order::AsCompleted => "as_completed",
-            _ => "sampler",
-        }
-        .into()
-    }
-}
-
-impl OptionValue for CachePolicy {
-    fn parse(text: &str) -> Result<Self, String> {
-        text.parse()
-    }
-    fn show(&self) -> String {
-        self.to_string()
-    }
-}
-
-/// `adaptive`, `adaptive:CAP`, `async:N`, `threads:N`, `sequential:N`.
-impl OptionValue for Fetch {
-    fn parse(text: &str) -> Result<Self, String> {
-        let lower = text.to_ascii_lowercase();
-        let (kind, n) = match lower.split_once(':') {
-            Some((kind, n)) => (kind.trim().to_owned(), Some(usize::parse(n.trim())?)),
-            None => (lower.trim().to_owned(), None),
-        };
-        let need =
-            |n: Option<usize>| n.ok_or_else(|| format!("{text:?}: give the count, e.g. {kind}:16"));
-        match kind.as_str() {
-            "adaptive" => Ok(Fetch::Adaptive {
-                max_in_flight: n.unwrap_or(loader_scheduler::DEFAULT_IN_FLIGHT_CAP),
-            }),
-            "async" => Ok(Fetch::Async {
-                max_in_flight: need(n)?,
-            }),
-            "threads" => Ok(Fetch::Threads { threads: need(n)? }),
-            "sequential" => Ok(Fetch::Sequential { workers: need(n)? }),
-            _ => Err(format!(
-                "{text:?}: adaptive[:CAP], async:N, threads:N or sequential:N"
-            )),
-        }
-    }
-    fn show(&self) -> String {
-        match *self {
-            Fetch::Adaptive { max_in_flight }
-                if max_in_flight == loader_scheduler::DEFAULT_IN_FLIGHT_CAP =>
-            {
-                "adaptive".into()
-            }
-            Fetch::Adaptive { max_in_flight } => format!("adaptive:{max_in_flight}"),
-            Fetch::Async { max_in_flight } => format!("async:{max_in_flight}"),
-            Fetch::Threads { threads } => format!("threads:{threads}"),
-            Fetch::Sequential { workers } => format!("sequential:{workers}"),
-        }
-    }
-}
-
-/// `stalls` ([`Hedge::stalls_only`]), `tail` ([`Hedge::default`]); `off` is `none`.
-impl OptionValue for Hedge {
-    fn parse(text: &str) -> Result<Self, String> {
-        match text.to_ascii_lowercase().as_str() {
-            "stalls" => Ok(Hedge::stalls_only()),
-            "tail" => Ok(Hedge::default()),
-            _ => Err(format!("{text:?}: stalls, tail or off")),
-        }
-    }
-    fn show(&self) -> String {
-        if *self == Hedge::stalls_only() {
-            "stalls".into()
-        } else if *self == Hedge::default() {
-            "tail".into()
-        } else {
-            "custom".into()
-        }
-    }
+    crate::Launch::from_env().map_or(cores, |launch| launch.decode_threads(cores))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn decode_threads_share_the_node_among_its_ranks() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
-        assert_eq!(threads_per_rank(16, env(&[])), 16);
-        assert_eq!(threads_per_rank(16, env(&[("LOCAL_WORLD_SIZE", "8")])), 2);
-        assert_eq!(threads_per_rank(4, env(&[("LOCAL_WORLD_SIZE", "8")])), 1);
-        assert_eq!(
-            threads_per_rank(16, env(&[("SLURM_NTASKS_PER_NODE", "4(x2)")])),
-            4
-        );
-        assert_eq!(
-            threads_per_rank(
-                64,
-                env(&[("SLURM_NTASKS_PER_NODE", "8"), ("SLURM_CPUS_PER_TASK", "6")])
-            ),
-            6
-        );
-        assert_eq!(threads_per_rank(16, env(&[("LOCAL_WORLD_SIZE", "x")])), 16);
+    fn launch(pairs: &'static [(&'static str, &'static str)]) -> Launch {
+        Launch::from_vars(move |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
     }
 
     #[test]
     fn the_nodes_ranks_come_from_the_launcher_or_the_options() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| *k == name)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
         let mut o = LoaderOptions {
             rank: 5,
             world_size: 16,
             ..LoaderOptions::default()
         };
-        assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 5..6);
-        let torchrun = env(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "1")]);
-        assert_eq!(node_ranks_from(&o, torchrun).unwrap(), 4..8);
-        let slurm = env(&[("SLURM_NTASKS_PER_NODE", "8(x2)"), ("SLURM_LOCALID", "5")]);
-        assert_eq!(node_ranks_from(&o, slurm).unwrap(), 0..8);
+        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 5..6);
+        let torchrun = launch(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "1")]);
+        assert_eq!(o.node_ranks(&torchrun).unwrap(), 4..8);
+        let slurm = launch(&[("SLURM_NTASKS_PER_NODE", "8(x2)"), ("SLURM_LOCALID", "5")]);
+        assert_eq!(o.node_ranks(&slurm).unwrap(), 0..8);
         o.cache.node_ranks = Some(8);
-        assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 0..8);
+        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 0..8);
         o.cache.local_rank = Some(9);
-        assert!(node_ranks_from(&o, env(&[])).is_err());
+        assert!(o.node_ranks(&launch(&[])).is_err());
         // A node larger than the world holds the world.
         o.world_size = 2;
         o.rank = 1;
         o.cache.local_rank = None;
-        assert_eq!(node_ranks_from(&o, env(&[])).unwrap(), 0..2);
+        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 0..2);
         // One rank alone, as a loader without ranks under torchrun is.
         o.world_size = 1;
         o.rank = 0;
-        let torchrun = env(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "3")]);
-        assert_eq!(node_ranks_from(&o, torchrun).unwrap(), 0..1);
+        let torchrun = launch(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "3")]);
+        assert_eq!(o.node_ranks(&torchrun).unwrap(), 0..1);
+    }
+
+    #[test]
+    fn cache_settings_of_a_node_need_its_directory() {
         // Settings of a node that shares no directory are refused, not ignored.
         let mut shared = LoaderOptions::default();
         shared.cache.node_ranks = Some(4);

@@ -2,26 +2,69 @@
 
 use std::collections::BTreeMap;
 
-use loader_storage::layer::{RetryConfig, RetryStore};
+use async_trait::async_trait;
 use loader_storage::{ObjectMeta, Storage};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
 use super::extensions::image_extension;
+use super::format::{Fit, Format, Probe};
 use super::index::Dataset;
 use super::index::Item;
+
+/// torchvision's ImageFolder as a [`Format`]: what a listing is when nothing fits better,
+/// and what it is when it holds images.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ImageFolder;
+
+#[async_trait(?Send)]
+impl Format for ImageFolder {
+    fn name(&self) -> &'static str {
+        "imagefolder"
+    }
+
+    fn described(&self) -> &'static str {
+        "an ImageFolder"
+    }
+
+    fn settings(&self) -> &'static [&'static str] {
+        // What each file is to the stage (Python's decoders read them): the files
+        // themselves are the samples.
+        &["fields"]
+    }
+
+    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
+        let Some(listed) = probe.listed().await? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            if listed.iter().any(|m| image_extension(&m.key).is_some()) {
+                Fit::Listed
+            } else {
+                Fit::Fallback
+            },
+        ))
+    }
+
+    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
+        let Some(listed) = probe.listed().await? else {
+            return Err(SourceError::Invalid(format!(
+                "an ImageFolder is a folder: give the URL of {}'s folder, not files in it",
+                loader_storage::redact(probe.url())
+            )));
+        };
+        Dataset::image_folder_of(listed.to_vec(), probe.store().name())
+    }
+}
 
 impl Dataset {
     /// torchvision's ImageFolder over a store that can list: classes are the sorted names
     /// of the top-level folders, files directly under the root are ignored, only image
     /// extensions count (case-insensitively), a class without images is an error, and
-    /// samples are sorted by key within a class. A transient failure of the listing restarts
-    /// it, under the default [`RetryConfig`], as sample reads are retried.
+    /// samples are sorted by key within a class. The store is listed as given: behind a
+    /// retry layer, a transient failure of the listing restarts it.
     pub async fn image_folder(store: &dyn Storage) -> Result<Self> {
-        let listed = RetryStore::new(store, RetryConfig::default())
-            .list_all("")
-            .await?;
-        Self::image_folder_of(listed, store.name())
+        Self::image_folder_of(store.list_all("").await?, store.name())
     }
 
     /// [`Dataset::image_folder`] from a listing already made (of the store named
