@@ -61,6 +61,8 @@ pub fn write_sidecars(
         .build()?;
     let indexes = runtime.block_on(async {
         let (store, metas) = wds.resolve_url(url, options.iter().cloned()).await?;
+        // Scanned behind the default timeouts and retries, as `loader run` reads.
+        let store = loader_core::LoaderOptions::default().request_stack(store);
         wds.indexes(&store, metas).await
     })?;
     bar.finish_and_clear();

@@ -374,11 +374,8 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
                 planner.cache = Some(cache);
                 // A directory is shared by the node's ranks (memory is this process's own).
                 if options.cache.dir.is_some() {
-                    // Broken rank variables were overridden by the options' rank and
-                    // world size (a front end reading them would have failed): the node's
-                    // share is then the options' alone.
-                    let launch = crate::Launch::from_env().unwrap_or_default();
-                    planner.node = options.node_ranks(&launch)?;
+                    // Rank and world size are the options'; the node, the launcher's.
+                    planner.node = options.node_ranks(&crate::Launch::node_from_env())?;
                 }
                 Arc::new(store) as DynStorage
             }

@@ -103,6 +103,27 @@ impl Launch {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
+    /// This process's node as its environment says (ranks per node, local rank, CPUs),
+    /// whatever its rank variables say: what the node's share of cores and cache needs,
+    /// when rank and world size come from elsewhere (the options, a process group).
+    pub fn node_from_env() -> Self {
+        Self::node_from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`Launch::node_from_env`], reading the variables through `get`.
+    pub fn node_from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
+        Launch {
+            cpus: leading_number(get(CPUS_PER_TASK)).filter(|&n| n > 0),
+            local_rank: LAUNCHERS
+                .iter()
+                .find_map(|l| leading_number(get(l.local_rank))),
+            node_ranks: LAUNCHERS
+                .iter()
+                .find_map(|l| leading_number(get(l.node_ranks)).filter(|&n| n > 0)),
+            ..Launch::default()
+        }
+    }
+
     /// The launch the variables `get` reads say: rank and world size from the first
     /// launcher that sets either (both, or an error naming the one missing), the node's
     /// share from the first that sets it.
@@ -118,10 +139,7 @@ impl Launch {
                 )
             })
         };
-        let mut launch = Launch {
-            cpus: leading_number(get(CPUS_PER_TASK)).filter(|&n| n > 0),
-            ..Launch::default()
-        };
+        let mut launch = Self::node_from_vars(&get);
         for l in &LAUNCHERS {
             match (get(l.rank), get(l.world)) {
                 (None, None) => continue,
@@ -157,12 +175,6 @@ impl Launch {
                 }
             }
         }
-        launch.local_rank = LAUNCHERS
-            .iter()
-            .find_map(|l| leading_number(get(l.local_rank)));
-        launch.node_ranks = LAUNCHERS
-            .iter()
-            .find_map(|l| leading_number(get(l.node_ranks)).filter(|&n| n > 0));
         Ok(launch)
     }
 

@@ -256,3 +256,37 @@ fn a_parquet_footer_is_read_through_the_callers_retries_and_timeout() {
     .unwrap();
     assert_eq!(dataset.len(), 40);
 }
+
+#[test]
+fn a_listing_is_read_as_it_always_was_shards_first_then_images_then_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let parquet = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parquet/pa-snappy-plain.parquet");
+    let open =
+        |name: &str| Dataset::open_blocking("", &context(local(&dir.path().join(name)), &[]));
+    // Shards beside their Parquet metadata (img2dataset), a preview image and an
+    // index.json: the shards.
+    let shards = dir.path().join("shards");
+    loader_testkit::DatasetSpec::tiny(6, 2)
+        .write_shards(&shards, 2)
+        .unwrap();
+    std::fs::copy(&parquet, shards.join("00000.parquet")).unwrap();
+    std::fs::write(shards.join("preview.jpg"), b"not read").unwrap();
+    std::fs::write(shards.join("index.json"), b"{}").unwrap();
+    let read = open("shards").unwrap();
+    assert_eq!((read.len(), read.shards().len()), (6, 2));
+    // Images beside a metadata.parquet and an index.json: an ImageFolder.
+    let folder = dir.path().join("folder");
+    loader_testkit::DatasetSpec::tiny(4, 2)
+        .write(&folder)
+        .unwrap();
+    std::fs::copy(&parquet, folder.join("metadata.parquet")).unwrap();
+    std::fs::write(folder.join("index.json"), b"{}").unwrap();
+    assert_eq!(open("folder").unwrap().classes().len(), 2);
+    // Parquet files beside an index.json (LitData's index of them): the Parquet files.
+    let tables = dir.path().join("tables");
+    std::fs::create_dir_all(&tables).unwrap();
+    std::fs::copy(&parquet, tables.join("train.parquet")).unwrap();
+    std::fs::write(tables.join("index.json"), b"{}").unwrap();
+    assert_eq!(open("tables").unwrap().len(), 40);
+}

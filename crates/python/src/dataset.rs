@@ -65,6 +65,12 @@ impl PyDataset {
         // (`storage.max_retries`, ...), read through the same declarations.
         let mut settings = LoaderOptions::default();
         for (key, value) in options.iter().flatten() {
+            if !(key.starts_with("source.") || key.starts_with("storage.")) {
+                return Err(errors::config(format!(
+                    "options={{{key:?}: ...}}: a Dataset reads source.* and storage.* options; \
+                     give the loader's own to the DataLoader"
+                )));
+            }
             settings
                 .set(key, value)
                 .map_err(|e| errors::config(e.to_string()))?;
@@ -84,12 +90,14 @@ impl PyDataset {
                 .set("label_column", &label)
                 .map_err(|e| errors::config(e.to_string()))?;
         }
-        if let Some(members) = member_columns {
-            source.member_columns = members;
+        if member_columns.is_some() || !source.member_columns.is_empty() {
+            return Err(errors::config(
+                "member_columns: the Python package does not hand a sample's members to \
+                 Python yet; read them from Rust (SampleInfo::members)",
+            ));
         }
         source.format = format.or(source.format.take());
         settings
-            .source
             .validate()
             .map_err(|e| errors::config(e.to_string()))?;
         let fields = settings.source.fields.clone();

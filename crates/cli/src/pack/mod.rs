@@ -16,22 +16,21 @@ mod parquet_shard;
 mod reencode;
 mod shard;
 mod tar_shard;
+mod write;
 
 use std::path::Path;
 
 use destination::{Destination, is_remote};
-use parquet_shard::ParquetShard;
 use reencode::reencode;
 use shard::{Format, Packable, ShardFile};
-use tar_shard::TarShard;
+use write::Writer;
 
 use bytes::Bytes;
-use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::decoder::Pipeline;
 use loader_core::storage::redact;
 use loader_core::{
-    CLASSES_FILE, Column, DataLoader, ErrorPolicy, Label, LoaderOptions, LoaderState, OptionValue,
-    PACK_FILE, RawBatch, SampleInfo, from_url, store_url,
+    CLASSES_FILE, Column, DataLoader, Dataset, DynStorage, ErrorPolicy, Label, LoaderOptions,
+    LoaderState, OptionValue, PACK_FILE, RawBatch, SampleInfo, from_url, store_url,
 };
 use serde::{Deserialize, Serialize};
 
@@ -257,6 +256,9 @@ struct Skipped {
 }
 
 pub fn main(args: Args) -> Result {
+    if args.shard_size == 0 {
+        return Err("--shard-size must be more than 0 bytes, e.g. 256MiB".into());
+    }
     let options = parse_store_options(&args.options)?;
     // Options are for stores; a local directory takes none.
     let options_for = |url: &str| {
@@ -266,54 +268,11 @@ pub fn main(args: Args) -> Result {
             Vec::new()
         }
     };
-    if args.shard_size == 0 {
-        return Err("--shard-size must be more than 0 bytes, e.g. 256MiB".into());
-    }
     let root = store_url(&args.src)?;
-    if !options.is_empty() && !is_remote(&root) && !is_remote(&args.dst) {
-        return Err(
-            "--option sets a store's options, but SRC and DST are both local: \
-                    leave the options out"
-                .into(),
-        );
-    }
-    let source = place(&root);
-    if let Some(inside) = place(&args.dst).strip_prefix(source.trim_end_matches('/'))
-        && (inside.is_empty() || inside.starts_with('/'))
-    {
-        // Shards among the source's files would be read as part of it by the next run.
-        return Err(format!(
-            "{} is inside the dataset it packs ({}): pack into a place outside it",
-            redact(&args.dst),
-            redact(&root)
-        )
-        .into());
-    }
+    let source = checked_places(&args, &root, !options.is_empty())?;
     let store = from_url(&root, options_for(&root))?;
-    let mut reading = LoaderOptions::default();
-    reading.source.manifest.clone_from(&args.manifest);
-    reading.source.image_column.clone_from(&args.image_column);
-    if let Some(label) = &args.label_column {
-        reading.source.label_column = Column::parse(label)?;
-    }
-    let dataset = open_dataset(&args.src, &store, &reading, true)?;
-    let quality = args.resize.map(|_| args.quality.unwrap_or(90));
-    let settings = Settings {
-        // However its path is written, the same source resumes the same pack.
-        source: redact(&match args.src.strip_prefix(&root) {
-            Some(rest) => format!("{source}{rest}"),
-            None => args.src.clone(),
-        }),
-        format: args.format.name().to_owned(),
-        samples: dataset.len() as u64,
-        shard_size: args.shard_size,
-        resize: args.resize,
-        quality,
-        manifest: args.manifest.clone(),
-        image_column: args.image_column.clone(),
-        label_column: args.label_column.clone(),
-        classes: dataset.classes().to_vec(),
-    };
+    let dataset = open_dataset(&args.src, &store, &args.reading()?, true)?;
+    let settings = args.settings(&root, &source, &dataset);
     let labelled = dataset.has_labels();
     if !labelled && args.format == Format::Webdataset {
         eprintln!(
@@ -340,6 +299,79 @@ pub fn main(args: Args) -> Result {
         text.push('\n');
         dst.write(CLASSES_FILE, text.into_bytes())?;
     }
+    let loader = reader(&args, store, dataset, &mut packed)?;
+    let mut writer = Writer::new(&args, &dst, packed, labelled);
+    writer.write_all(loader)?;
+    writer.report();
+    Ok(())
+}
+
+/// The source's place, once SRC, DST and `--option` agree: options for a store, DST
+/// outside the dataset it packs.
+fn checked_places(args: &Args, root: &str, with_options: bool) -> Result<String> {
+    if with_options && !is_remote(root) && !is_remote(&args.dst) {
+        return Err(
+            "--option sets a store's options, but SRC and DST are both local: \
+                    leave the options out"
+                .into(),
+        );
+    }
+    let source = place(root);
+    if let Some(inside) = place(&args.dst).strip_prefix(source.trim_end_matches('/'))
+        && (inside.is_empty() || inside.starts_with('/'))
+    {
+        // Shards among the source's files would be read as part of it by the next run.
+        return Err(format!(
+            "{} is inside the dataset it packs ({}): pack into a place outside it",
+            redact(&args.dst),
+            redact(root)
+        )
+        .into());
+    }
+    Ok(source)
+}
+
+impl Args {
+    /// How the source is opened: its manifest and columns, as given.
+    fn reading(&self) -> Result<LoaderOptions> {
+        let mut reading = LoaderOptions::default();
+        reading.source.manifest.clone_from(&self.manifest);
+        reading.source.image_column.clone_from(&self.image_column);
+        if let Some(label) = &self.label_column {
+            reading.source.label_column = Column::parse(label)?;
+        }
+        Ok(reading)
+    }
+
+    /// What this pack is of, to resume only the same pack (`source` is the root's place).
+    fn settings(&self, root: &str, source: &str, dataset: &Dataset) -> Settings {
+        Settings {
+            // However its path is written, the same source resumes the same pack.
+            source: redact(&match self.src.strip_prefix(root) {
+                Some(rest) => format!("{source}{rest}"),
+                None => self.src.clone(),
+            }),
+            format: self.format.name().to_owned(),
+            samples: dataset.len() as u64,
+            shard_size: self.shard_size,
+            resize: self.resize,
+            quality: self.resize.map(|_| self.quality.unwrap_or(90)),
+            manifest: self.manifest.clone(),
+            image_column: self.image_column.clone(),
+            label_column: self.label_column.clone(),
+            classes: dataset.classes().to_vec(),
+        }
+    }
+}
+
+/// The loader that reads the samples not packed yet, in index order, re-encoded on its CPU
+/// pool when asked; skipped samples counted against one `--skip-errors` budget.
+fn reader(
+    args: &Args,
+    store: DynStorage,
+    dataset: Dataset,
+    packed: &mut Packed,
+) -> Result<DataLoader<Packable, RawBatch<Packable>>> {
     let next = packed.shards.last().map_or(0, |s| s.end);
     let pipeline = match args.resize {
         Some(px) => Some(
@@ -351,7 +383,7 @@ pub fn main(args: Args) -> Result {
         ),
         None => None,
     };
-    let (resize, quality) = (args.resize, quality.unwrap_or(90));
+    let (resize, quality) = (args.resize, args.quality.unwrap_or(90));
     let mut builder = DataLoader::builder(store, dataset)
         .map(
             move |bytes: Bytes, info: &SampleInfo| {
@@ -391,99 +423,7 @@ pub fn main(args: Args) -> Result {
     }
     let mut loader = builder.build()?;
     loader.resume(LoaderState::at(0, next))?;
-
-    let total = packed.settings.samples;
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "packing {bar:30} {pos}/{len} samples, {per_sec}, {msg} eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_position(next);
-    let mut shard: Option<Box<dyn ShardFile>> = None;
-    let mut written_now = 0usize;
-    // Samples left out, recorded with the shard whose span holds them.
-    let mut pending: Vec<Skipped> = Vec::new();
-    for batch in &mut loader {
-        let raw = batch?;
-        pending.extend(raw.skipped.iter().map(|failed| Skipped {
-            index: failed.info.index,
-            key: failed.info.key.to_string(),
-            error: failed.to_string(),
-        }));
-        for (info, sample) in raw.samples {
-            let writer = match &mut shard {
-                Some(w) => w,
-                None => {
-                    let (number, first) = (packed.shards.len(), info.index);
-                    let created: Box<dyn ShardFile> = match args.format {
-                        Format::Webdataset => {
-                            Box::new(TarShard::create(dst.staging(), number, first)?)
-                        }
-                        Format::Parquet => Box::new(ParquetShard::create(
-                            dst.staging(),
-                            number,
-                            first,
-                            labelled,
-                            &packed.settings.classes,
-                        )?),
-                    };
-                    shard.insert(created)
-                }
-            };
-            writer.append(&sample)?;
-            if writer.bytes() >= args.shard_size {
-                if let Some(done) = shard.take() {
-                    let end = info.index + 1;
-                    packed.shards.push(finish(done, &dst, end, args.format)?);
-                    let (before, after) = pending.into_iter().partition(|s| s.index < end);
-                    packed.skipped.extend::<Vec<Skipped>>(before);
-                    pending = after;
-                    record(&dst, &packed)?;
-                    written_now += 1;
-                    if bar.is_hidden() {
-                        // No terminal (a batch job's log): a line per shard instead.
-                        eprintln!(
-                            "packed {} of {total} samples, {}",
-                            end,
-                            shards(packed.shards.len())
-                        );
-                    }
-                }
-                if args.stop_after_shards.is_some_and(|n| written_now >= n) {
-                    bar.abandon_with_message("stopped");
-                    return Err(format!(
-                        "stopped after {written_now} shards, as asked: run again to go on"
-                    )
-                    .into());
-                }
-            }
-        }
-        bar.set_position(raw.position + raw.covers);
-        bar.set_message(format!("{} shards", packed.shards.len()));
-    }
-    if let Some(last) = shard.take() {
-        packed.shards.push(finish(last, &dst, total, args.format)?);
-    }
-    packed.skipped.append(&mut pending);
-    packed.complete = true;
-    record(&dst, &packed)?;
-    bar.finish_and_clear();
-    let samples: u64 = packed.shards.iter().map(|s| s.samples).sum();
-    let bytes: u64 = packed.shards.iter().map(|s| s.bytes).sum();
-    eprintln!(
-        "packed {samples} samples ({}) into {} in {}{}",
-        bytesize::ByteSize(bytes),
-        shards(packed.shards.len()),
-        dst.name(),
-        if packed.skipped.is_empty() {
-            String::new()
-        } else {
-            format!("; {} left out, listed in {PACK_FILE}", packed.skipped.len())
-        }
-    );
-    Ok(())
+    Ok(loader)
 }
 
 /// The pack recorded in `dst`, when its settings are these; else a new one. Leftovers of

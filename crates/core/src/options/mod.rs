@@ -420,7 +420,7 @@ impl LoaderOptions {
 /// of its node as its launcher says ([`Launch::decode_threads`](crate::Launch)).
 pub(crate) fn default_decode_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    crate::Launch::from_env().map_or(cores, |launch| launch.decode_threads(cores))
+    Launch::node_from_env().decode_threads(cores)
 }
 
 #[cfg(test)]

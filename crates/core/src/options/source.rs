@@ -54,7 +54,7 @@ options_group! {
         image_column: Option<String> = None,
         /// Parquet, MDS and LitData: the column of the labels (`auto`: `label` or `cls` when present; `none`: unlabelled).
         label_column: Column = Column::Auto,
-        /// Parquet and MDS: other columns handed to the stage as each sample's members, by name.
+        /// Parquet: other columns handed to the stage as each sample's members, by name.
         member_columns: Vec<String> = Vec::new(),
     }
 }

@@ -80,7 +80,7 @@ pub enum SourceError {
     },
     /// A source setting the dataset's format does not read: refused, not ignored.
     #[error(
-        "{key} is read by {readers}, but {url} is {format}: leave it out, or set          source.format if the format was mistaken"
+        "{key} is read by {readers}, but {url} is {format}: leave it out, or set source.format if the format was mistaken"
     )]
     Unread {
         /// The setting, e.g. `source.image_column`.

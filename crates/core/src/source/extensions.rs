@@ -1,4 +1,8 @@
-//! Which keys name images: the extensions torchvision's ImageFolder lists.
+//! What keys name, by their suffixes: images (the extensions torchvision's ImageFolder
+//! lists), tar shards, Parquet files, an `index.json`; and what a listing holds of each,
+//! which is how the formats tell a folder's layout apart.
+
+use loader_storage::ObjectMeta;
 
 /// File extensions torchvision's ImageFolder accepts, compared case-insensitively.
 pub const IMAGE_EXTENSIONS: &[&str] = &[
@@ -10,6 +14,56 @@ pub(crate) fn image_extension(key: &str) -> Option<&str> {
     key.rsplit_once('.')
         .map(|(_, ext)| ext)
         .filter(|ext| IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext)))
+}
+
+/// Whether a key or URL names a Parquet file (by its `.parquet` suffix).
+pub fn is_parquet(name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".parquet")
+}
+
+/// Whether a key or URL names a tar shard.
+pub(crate) fn is_tar(name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".tar")
+}
+
+/// The suffix of a compressed tar (`.tar.gz`, `.tgz`, ...), if `name` has one.
+pub(crate) fn compressed_tar(name: &str) -> Option<&'static str> {
+    const SUFFIXES: [&str; 7] = [
+        ".tar.gz",
+        ".tgz",
+        ".tar.zst",
+        ".tar.zstd",
+        ".tar.bz2",
+        ".tar.xz",
+        ".tar.lz4",
+    ];
+    let lower = name.to_ascii_lowercase();
+    SUFFIXES.into_iter().find(|s| lower.ends_with(s))
+}
+
+/// What a listing holds, as the formats tell a layout apart: `.tar` shards come before
+/// anything beside them, images before tables (a `datasets` imagefolder's
+/// `metadata.parquet`), Parquet files before a top-level `index.json`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holds {
+    pub(crate) shards: bool,
+    pub(crate) compressed: bool,
+    pub(crate) images: bool,
+    pub(crate) parquet: bool,
+    pub(crate) index: bool,
+}
+
+impl Holds {
+    pub(crate) fn of(listed: &[ObjectMeta]) -> Self {
+        let any = |f: &dyn Fn(&str) -> bool| listed.iter().any(|m| f(&m.key));
+        Self {
+            shards: any(&is_tar),
+            compressed: any(&|k| compressed_tar(k).is_some()),
+            images: any(&|k| image_extension(k).is_some()),
+            parquet: any(&is_parquet),
+            index: any(&|k| k == "index.json"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -25,9 +25,13 @@ impl Dataset {
         let probe = Probe::new(url, context, named);
         let format = choose(&probe, &formats).await?;
         check_settings(&probe, &*format, &formats)?;
-        if let Some(listed) = probe.listed_now()
-            && listed.iter().any(|m| m.key == PACK_FILE)
-        {
+        // A prefix is listed before a chosen format reads it (a manifest's is not: a
+        // manifest exists to spare the listing), so a half-written pack is never read.
+        let listed = match probe.named() {
+            None if !format.chosen_by(probe.options()) => probe.listed().await?,
+            _ => probe.listed_now(),
+        };
+        if listed.is_some_and(|l| l.iter().any(|m| m.key == PACK_FILE)) {
             unfinished_pack(&probe).await?;
         }
         format.open(&probe).await
@@ -46,7 +50,7 @@ async fn choose(probe: &Probe<'_>, formats: &[Arc<dyn Format>]) -> Result<Arc<dy
         let name = name.trim().to_ascii_lowercase();
         return formats
             .iter()
-            .find(|f| f.name() == name)
+            .find(|f| f.name().eq_ignore_ascii_case(&name))
             .cloned()
             .ok_or_else(|| SourceError::UnknownFormat {
                 name,
@@ -69,7 +73,11 @@ async fn choose(probe: &Probe<'_>, formats: &[Arc<dyn Format>]) -> Result<Arc<dy
     };
     let Some(best) = fits.iter().map(|(fit, _)| *fit).max() else {
         return Err(layout(match probe.named() {
-            Some(keys) => format!("no format reads {}", keys.join(", ")),
+            Some(keys) => format!(
+                "no format reads {}{}",
+                keys.iter().take(4).cloned().collect::<Vec<_>>().join(", "),
+                if keys.len() > 4 { ", ..." } else { "" }
+            ),
             None => "no format reads what it holds".into(),
         }));
     };

@@ -11,6 +11,7 @@ use loader_scheduler::{Label, RecordOf, Records};
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 
 use super::error::{Result, SourceError};
+use super::extensions::Holds;
 use super::format::{Fit, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 
@@ -91,12 +92,14 @@ pub(crate) async fn index_json(probe: &Probe<'_>) -> Result<Option<(Fit, String,
     let (fit, key) = match probe.named() {
         Some([key]) if is_index(key) => (Fit::Named, key.clone()),
         Some(_) => return Ok(None),
-        None => match probe.listed().await? {
-            Some(listed) if listed.iter().any(|m| m.key == INDEX) => {
-                (Fit::Listed, INDEX.to_owned())
+        None => {
+            // An `index.json` beside shards, images or Parquet files is theirs.
+            let holds = Holds::of(probe.listed().await?.unwrap_or_default());
+            if !holds.index || holds.shards || holds.images || holds.parquet {
+                return Ok(None);
             }
-            _ => return Ok(None),
-        },
+            (Fit::Listed, INDEX.to_owned())
+        }
     };
     let text = probe.read(&key).await?;
     Ok(Some((fit, key, text)))

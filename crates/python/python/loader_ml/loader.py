@@ -829,7 +829,11 @@ class DataLoader:
                               storage_options=storage_options, fields=names,
                               image_column=image_column, label_column=label_column,
                               member_columns=None if member_columns is None
-                              else list(member_columns), format=format)
+                              else list(member_columns), format=format,
+                              # Listings and index reads behind the samples' own bounds.
+                              options={_OPTIONS[k]: _option_text(v) for k, v in (
+                                  ("request_timeout", request_timeout),
+                                  ("max_retries", max_retries)) if v is not None})
             elif any(v is not None for v in (manifest, storage_options, labels, classes,
                                              image_column, label_column, member_columns,
                                              format)):

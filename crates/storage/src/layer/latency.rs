@@ -121,6 +121,12 @@ impl<S: Storage> Storage for LatencyStore<S> {
             .flat_map(move |()| self.inner.list(prefix))
             .boxed()
     }
+
+    // Forwarded, so a retry layer below still restarts a listing broken mid-way.
+    async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.delay().await;
+        self.inner.list_all(prefix).await
+    }
 }
 
 #[cfg(test)]

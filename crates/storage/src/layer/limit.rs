@@ -84,4 +84,10 @@ impl<S: Storage> Storage for LimitStore<S> {
             })
             .boxed()
     }
+
+    // Forwarded, so a retry layer below still restarts a listing broken mid-way.
+    async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        let _permit = self.permit(prefix).await?;
+        self.inner.list_all(prefix).await
+    }
 }

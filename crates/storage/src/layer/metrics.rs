@@ -173,4 +173,10 @@ impl<S: Storage> Storage for MetricsStore<S> {
         self.metrics.requests.fetch_add(1, Ordering::Relaxed);
         self.inner.list(prefix)
     }
+
+    // Forwarded, so a retry layer below still restarts a listing broken mid-way.
+    async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        self.inner.list_all(prefix).await
+    }
 }

@@ -92,6 +92,11 @@ impl<S: Storage> Storage for ThrottleStore<S> {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, Result<ObjectMeta>> {
         self.inner.list(prefix)
     }
+
+    // Forwarded, so a retry layer below still restarts a listing broken mid-way.
+    async fn list_all(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        self.inner.list_all(prefix).await
+    }
 }
 
 #[cfg(test)]

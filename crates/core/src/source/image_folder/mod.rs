@@ -7,7 +7,7 @@ use loader_storage::{ObjectMeta, Storage};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::extensions::image_extension;
+use super::extensions::{Holds, image_extension};
 use super::format::{Fit, Format, Probe};
 use super::index::Dataset;
 use super::index::Item;
@@ -37,13 +37,13 @@ impl Format for ImageFolder {
         let Some(listed) = probe.listed().await? else {
             return Ok(None);
         };
-        Ok(Some(
-            if listed.iter().any(|m| image_extension(&m.key).is_some()) {
-                Fit::Listed
-            } else {
-                Fit::Fallback
-            },
-        ))
+        // Images beside shards are the shards' previews, not the dataset.
+        let holds = Holds::of(listed);
+        Ok(Some(if holds.images && !holds.shards {
+            Fit::Listed
+        } else {
+            Fit::Fallback
+        }))
     }
 
     async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {

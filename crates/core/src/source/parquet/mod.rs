@@ -31,7 +31,7 @@ use parquet::file::metadata::ParquetMetaData;
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
-use super::extensions::image_extension;
+use super::extensions::Holds;
 use super::format::{Fit, Format, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 use columns::{Columns, LabelValues, Value};
@@ -90,10 +90,7 @@ where
     }
 }
 
-/// Whether a key or URL names a Parquet file (by its `.parquet` suffix).
-pub fn is_parquet(name: &str) -> bool {
-    name.to_ascii_lowercase().ends_with(".parquet")
-}
+pub use super::extensions::is_parquet;
 
 /// How Parquet files become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]
@@ -751,12 +748,10 @@ impl Format for Parquet {
                 (!keys.is_empty() && keys.iter().all(|k| is_parquet(k))).then_some(Fit::Named)
             );
         }
-        let listed = probe.listed().await?.unwrap_or_default();
+        let holds = Holds::of(probe.listed().await?.unwrap_or_default());
         // Parquet beside images is a `datasets` imagefolder's metadata.parquet, not the
-        // dataset.
-        let ours = listed.iter().any(|m| is_parquet(&m.key))
-            && !listed.iter().any(|m| image_extension(&m.key).is_some());
-        Ok(ours.then_some(Fit::Listed))
+        // dataset; beside shards, their metadata (img2dataset writes both).
+        Ok((holds.parquet && !holds.images && !holds.shards).then_some(Fit::Listed))
     }
 
     async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {

@@ -42,10 +42,9 @@ pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::extensions::image_extension;
+use super::extensions::{Holds, compressed_tar, is_parquet, is_tar};
 use super::format::{Fit, Format, Probe};
 use super::index::{CLASSES_FILE, Dataset};
-use super::parquet::is_parquet;
 pub use crate::source::format::Progress;
 use loader_scheduler::Label;
 
@@ -662,25 +661,6 @@ pub fn is_shard_url(url: &str) -> bool {
     url.contains('{') || is_tar(url) || compressed_tar(url).is_some() || is_parquet(url)
 }
 
-fn is_tar(name: &str) -> bool {
-    name.to_ascii_lowercase().ends_with(".tar")
-}
-
-/// The suffix of a compressed tar (`.tar.gz`, `.tgz`, ...), if `name` has one.
-fn compressed_tar(name: &str) -> Option<&'static str> {
-    const SUFFIXES: [&str; 7] = [
-        ".tar.gz",
-        ".tgz",
-        ".tar.zst",
-        ".tar.zstd",
-        ".tar.bz2",
-        ".tar.xz",
-        ".tar.lz4",
-    ];
-    let lower = name.to_ascii_lowercase();
-    SUFFIXES.into_iter().find(|s| lower.ends_with(s))
-}
-
 pub(crate) fn compressed_problem(suffix: &str) -> String {
     format!(
         "{suffix} shards are compressed, and loader reads samples by byte ranges, which a \
@@ -741,13 +721,18 @@ impl Format for WebDataset {
 
     async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
         if let Some(keys) = probe.named() {
-            return Ok(keys.iter().any(|k| self.names(k)).then_some(Fit::Named));
+            // A brace list of no known suffix is read as shards, as it always was, unless
+            // a format names its files.
+            return Ok(if keys.iter().any(|k| self.names(k)) {
+                Some(Fit::Named)
+            } else {
+                (!keys.iter().all(|k| is_parquet(k))).then_some(Fit::Fallback)
+            });
         }
-        let listed = probe.listed().await?.unwrap_or_default();
-        // Compressed shards are ours to refuse, unless images say it is an ImageFolder.
-        let ours = listed.iter().any(|m| is_tar(&m.key))
-            || (compressed_among(listed).is_some()
-                && !listed.iter().any(|m| image_extension(&m.key).is_some()));
+        let holds = Holds::of(probe.listed().await?.unwrap_or_default());
+        // Compressed shards are ours to refuse, when nothing else there is a dataset.
+        let ours =
+            holds.shards || (holds.compressed && !holds.images && !holds.parquet && !holds.index);
         Ok(ours.then_some(Fit::Listed))
     }
 

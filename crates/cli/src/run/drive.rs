@@ -1,0 +1,131 @@
+//! The run's passes over its epochs: batches counted, keys printed, skips reported, with a
+//! progress bar.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use loader_core::storage::layer::StorageMetrics;
+use loader_core::{Batch, DataLoader, LoaderOptions};
+
+use super::Args;
+use crate::Result;
+
+/// What a run read.
+pub(super) struct Tally {
+    pub(super) images: usize,
+    pub(super) skipped: usize,
+    /// Repeats that even out an epoch's last global batch.
+    pub(super) padded: usize,
+    pub(super) batches: u64,
+    /// Each pass's figures: images, seconds, images per second, requests.
+    pub(super) epochs: Vec<serde_json::Value>,
+    pub(super) first_epoch: u64,
+    pub(super) start: Instant,
+}
+
+/// Requests and bytes the stores have served so far.
+pub(super) fn requests(metrics: &[Arc<StorageMetrics>]) -> (u64, u64) {
+    metrics.iter().fold((0, 0), |(r, b), m| {
+        let s = m.snapshot();
+        (r + s.requests, b + s.bytes)
+    })
+}
+
+/// Read the run's epochs (to `--stop-after-batches`), printing keys when asked.
+pub(super) fn drive(
+    loader: &mut DataLoader,
+    args: &Args,
+    options: &LoaderOptions,
+    metrics: &[Arc<StorageMetrics>],
+) -> Result<Tally> {
+    let first_epoch = loader.epoch();
+    let passes = options.epochs.unwrap_or(1).saturating_sub(first_epoch);
+    let bar = bar(loader, args, passes);
+    let mut tally = Tally {
+        images: 0,
+        skipped: 0,
+        padded: 0,
+        batches: 0,
+        epochs: Vec::new(),
+        first_epoch,
+        start: Instant::now(),
+    };
+    let stdout = std::io::stdout();
+    let mut keys_out = std::io::BufWriter::new(stdout.lock());
+    let more = |tally: &Tally| args.stop_after_batches.is_none_or(|n| tally.batches < n);
+    for _ in 0..passes {
+        let (epoch_start, epoch_images) = (Instant::now(), tally.images);
+        let epoch_requests = requests(metrics).0;
+        while more(&tally) {
+            let Some(batch) = loader.next() else { break };
+            let batch = batch?;
+            count(&mut tally, &batch, &bar);
+            if args.print_keys {
+                let real = batch.len() - batch.padding;
+                for (index, key) in batch.indices[..real].iter().zip(&batch.keys[..real]) {
+                    let source = loader.source_of(*index).map_or(0, |(s, _)| s);
+                    writeln!(keys_out, "{}\t{source}\t{key}", batch.epoch)?;
+                }
+            }
+            let secs = tally.start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!(
+                "{:.0} img/s, {:.1} MB/s",
+                tally.images as f64 / secs,
+                requests(metrics).1 as f64 / 1e6 / secs
+            ));
+            bar.inc(1);
+        }
+        // A last batch whose every sample was skipped is not delivered: its reports are here.
+        for e in loader.take_unreported_skips() {
+            bar.println(format!("skipped: {e}"));
+            tally.skipped += 1;
+        }
+        let seconds = epoch_start.elapsed().as_secs_f64();
+        tally.epochs.push(serde_json::json!({
+            "images": tally.images - epoch_images,
+            "seconds": seconds,
+            "images_per_sec": (tally.images - epoch_images) as f64 / seconds.max(1e-9),
+            "requests": requests(metrics).0 - epoch_requests,
+        }));
+        if !more(&tally) {
+            break;
+        }
+    }
+    keys_out.flush()?;
+    bar.finish_and_clear();
+    Ok(tally)
+}
+
+/// A batch's images, padding and skips, counted; skips reported above the bar.
+fn count(tally: &mut Tally, batch: &Batch, bar: &ProgressBar) {
+    tally.batches += 1;
+    tally.images += batch.len() - batch.padding;
+    tally.padded += batch.padding;
+    for e in &batch.skipped {
+        bar.println(format!("skipped: {e}"));
+        tally.skipped += 1;
+    }
+}
+
+/// The progress bar of `passes` epochs (or of `--stop-after-batches`), hidden when the
+/// output is keys or JSON.
+fn bar(loader: &DataLoader, args: &Args, passes: u64) -> ProgressBar {
+    let endless = loader.len() == usize::MAX;
+    let total = match (args.stop_after_batches, endless) {
+        (Some(n), _) => n,
+        (None, true) => 0,
+        (None, false) => loader.len() as u64 * passes,
+    };
+    let bar = if !args.json && !args.print_keys {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} batches {msg} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
