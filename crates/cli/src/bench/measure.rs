@@ -211,16 +211,7 @@ pub(super) fn measure(
     requests: Option<&StorageMetrics>,
     progress: bool,
 ) -> Result<Cell> {
-    let bar = if progress {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = spinner(progress);
     let (limit, warmup) = (
         Duration::from_secs_f64(args.seconds),
         warmup_for(args.warmup, rtt),
@@ -290,4 +281,19 @@ pub(super) fn measure(
         peak_rss_mb: peak_rss_mb(),
         cache: None,
     })
+}
+
+/// A cell's spinner, hidden without a terminal to show it.
+fn spinner(progress: bool) -> ProgressBar {
+    let bar = if progress {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
