@@ -285,4 +285,32 @@ mod tests {
         assert_eq!(slurm.decode_threads(64), 6);
         assert_eq!(launch(&[("LOCAL_WORLD_SIZE", "x")]).decode_threads(16), 16);
     }
+
+    #[test]
+    fn the_nodes_ranks_come_from_the_launcher_or_the_options() {
+        let mut o = crate::LoaderOptions {
+            rank: 5,
+            world_size: 16,
+            ..crate::LoaderOptions::default()
+        };
+        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 5..6);
+        let torchrun = launch(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "1")]);
+        assert_eq!(o.node_ranks(&torchrun).unwrap(), 4..8);
+        let slurm = launch(&[("SLURM_NTASKS_PER_NODE", "8(x2)"), ("SLURM_LOCALID", "5")]);
+        assert_eq!(o.node_ranks(&slurm).unwrap(), 0..8);
+        o.cache.node_ranks = Some(8);
+        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 0..8);
+        o.cache.local_rank = Some(9);
+        assert!(o.node_ranks(&launch(&[])).is_err());
+        // A node larger than the world holds the world.
+        o.world_size = 2;
+        o.rank = 1;
+        o.cache.local_rank = None;
+        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 0..2);
+        // One rank alone, as a loader without ranks under torchrun is.
+        o.world_size = 1;
+        o.rank = 0;
+        let torchrun = launch(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "3")]);
+        assert_eq!(o.node_ranks(&torchrun).unwrap(), 0..1);
+    }
 }

@@ -193,7 +193,7 @@ def test_every_native_option_is_a_keyword_documented_with_the_same_default() -> 
     import inspect
 
     from loader_ml import _native
-    from loader_ml.loader import _OPTIONS, _option_text
+    from loader_ml.options import _OPTIONS, _option_text
 
     keys = {key: default for key, default, _doc in _native.option_keys()}
     assert set(_OPTIONS.values()) == set(keys), set(keys) ^ set(_OPTIONS.values())

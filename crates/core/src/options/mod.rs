@@ -427,44 +427,6 @@ pub(crate) fn default_decode_threads() -> usize {
 mod tests {
     use super::*;
 
-    fn launch(pairs: &'static [(&'static str, &'static str)]) -> Launch {
-        Launch::from_vars(move |name: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string())
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn the_nodes_ranks_come_from_the_launcher_or_the_options() {
-        let mut o = LoaderOptions {
-            rank: 5,
-            world_size: 16,
-            ..LoaderOptions::default()
-        };
-        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 5..6);
-        let torchrun = launch(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "1")]);
-        assert_eq!(o.node_ranks(&torchrun).unwrap(), 4..8);
-        let slurm = launch(&[("SLURM_NTASKS_PER_NODE", "8(x2)"), ("SLURM_LOCALID", "5")]);
-        assert_eq!(o.node_ranks(&slurm).unwrap(), 0..8);
-        o.cache.node_ranks = Some(8);
-        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 0..8);
-        o.cache.local_rank = Some(9);
-        assert!(o.node_ranks(&launch(&[])).is_err());
-        // A node larger than the world holds the world.
-        o.world_size = 2;
-        o.rank = 1;
-        o.cache.local_rank = None;
-        assert_eq!(o.node_ranks(&launch(&[])).unwrap(), 0..2);
-        // One rank alone, as a loader without ranks under torchrun is.
-        o.world_size = 1;
-        o.rank = 0;
-        let torchrun = launch(&[("LOCAL_WORLD_SIZE", "4"), ("LOCAL_RANK", "3")]);
-        assert_eq!(o.node_ranks(&torchrun).unwrap(), 0..1);
-    }
-
     #[test]
     fn cache_settings_of_a_node_need_its_directory() {
         // Settings of a node that shares no directory are refused, not ignored.

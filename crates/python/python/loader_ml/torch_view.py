@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch.utils.data
 
-from .loader import Batch, DataLoader
+from .batch import Batch
 
 
 def keep(batch: Batch) -> Batch:
@@ -22,10 +22,12 @@ class LoaderIterable(torch.utils.data.IterableDataset):
     loader on first use: share ``rank * num_workers + worker`` of ``world_size *
     num_workers``."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], make: Callable[..., Any]) -> None:
         self._settings = settings
+        # The loader class, handed in (by reference, so it pickles): no import back.
+        self._make = make
         self._epoch: int | None = None
-        self._loader: DataLoader | None = None
+        self._loader: Any = None
 
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch`` in the next pass (of every worker)."""
@@ -36,7 +38,7 @@ class LoaderIterable(torch.utils.data.IterableDataset):
             info = torch.utils.data.get_worker_info()
             workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
             rank, world = self._settings["rank"], self._settings["world_size"]
-            self._loader = DataLoader(**dict(self._settings, rank=rank * workers + worker,
+            self._loader = self._make(**dict(self._settings, rank=rank * workers + worker,
                                              world_size=world * workers))
         if self._epoch is not None:
             self._loader.set_epoch(self._epoch)
@@ -44,4 +46,5 @@ class LoaderIterable(torch.utils.data.IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker gets the settings and the epoch, never a loader of this process.
-        return {"_settings": self._settings, "_epoch": self._epoch, "_loader": None}
+        return {"_settings": self._settings, "_make": self._make, "_epoch": self._epoch,
+                "_loader": None}
