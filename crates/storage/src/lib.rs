@@ -41,8 +41,11 @@
 //!
 //! The trait and its vocabulary here and in `get` (a read's options, result and what it
 //! met), `error`, `key` (key checks), `redact` (credentials out of messages); `backend/`
-//! (local, object_store, opendal) and `url` (a store from a URL); `layer/` (cache, retry,
-//! timeout, limit, latency, faults, throttle, metrics), each wrapping any store; `mount`
+//! (local, object_store, opendal) and `url` (a store from a URL); `layer/` (retry,
+//! timeout, limit, latency, faults, throttle, metrics), each wrapping any store; `cache/`
+//! (the node-wide cache, a sub-system of its own, also a layer: its entrance, the handle,
+//! shared lookups, fetches, tiers and policies, and `node/`, the directory its processes
+//! share, with the ledger `journal`); `mount`
 //! (several stores as one, each at a name); `open_files` (the process's open-files limit,
 //! which bounds sockets).
 //!
@@ -60,6 +63,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 pub mod backend;
+pub mod cache;
 mod error;
 mod get;
 mod key;

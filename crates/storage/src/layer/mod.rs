@@ -4,7 +4,6 @@
 //! limit → backend, so a timed-out attempt is retried and the metrics see what the caller saw.
 //! [`StorageExt`](crate::StorageExt) builds them with method calls.
 
-mod cache;
 mod faults;
 mod latency;
 mod limit;
@@ -13,7 +12,8 @@ mod retry;
 mod throttle;
 mod timeout;
 
-pub use cache::{
+// The cache is a sub-system of its own (`crate::cache`); as a layer, it is here too.
+pub use crate::cache::{
     Cache, CacheConfig, CacheError, CachePolicy, CacheSnapshot, CacheStore, DEFAULT_BLOCK_BYTES,
     NodeSnapshot, TierSnapshot,
 };

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+use super::announced::Announced;
 use super::entry::EntryId;
-use super::plan::Plan;
 use super::policy::{CachePolicy, Policy};
 
 /// What a tier holds, within `budget` bytes.
@@ -59,14 +59,14 @@ impl<V> Tier<V> {
     }
 
     /// The entry, as a read: the rule learns of it.
-    pub fn read(&mut self, id: EntryId, plan: &mut Plan) -> Option<&mut V> {
+    pub fn read(&mut self, id: EntryId, plan: &mut Announced) -> Option<&mut V> {
         let (_, value) = self.entries.get_mut(&id)?;
         self.policy.read(id, plan);
         Some(value)
     }
 
     /// A read of `id` was announced: if held, the rule may rank it anew.
-    pub fn announced(&mut self, id: EntryId, plan: &mut Plan) {
+    pub fn announced(&mut self, id: EntryId, plan: &mut Announced) {
         if self.entries.contains_key(&id) {
             self.policy.announced(id, plan);
         }
@@ -78,7 +78,13 @@ impl<V> Tier<V> {
     }
 
     /// Take `id` of `size` bytes, letting entries go as the rule says.
-    pub fn admit(&mut self, id: EntryId, size: u64, value: V, plan: &mut Plan) -> Admission<V> {
+    pub fn admit(
+        &mut self,
+        id: EntryId,
+        size: u64,
+        value: V,
+        plan: &mut Announced,
+    ) -> Admission<V> {
         if self.entries.contains_key(&id) || size > self.budget {
             return Admission::Refused;
         }
@@ -105,7 +111,7 @@ impl<V> Tier<V> {
     }
 
     /// Hold `id` of `size` bytes whatever the budget: another process put it there.
-    pub fn insert(&mut self, id: EntryId, size: u64, value: V, plan: &mut Plan) {
+    pub fn insert(&mut self, id: EntryId, size: u64, value: V, plan: &mut Announced) {
         if let Some((old, _)) = self.entries.insert(id, (size, value)) {
             self.used = self.used.saturating_sub(old);
         }
@@ -115,7 +121,7 @@ impl<V> Tier<V> {
     }
 
     /// Entries to let go, as the rule ranks them, until the tier is within its budget.
-    pub fn over_budget(&mut self, plan: &mut Plan) -> Vec<EntryId> {
+    pub fn over_budget(&mut self, plan: &mut Announced) -> Vec<EntryId> {
         let need = self.used.saturating_sub(self.budget);
         if need == 0 {
             return Vec::new();

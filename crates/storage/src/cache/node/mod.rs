@@ -1,3 +1,5 @@
+//! The cross-process part of the cache: the directory its processes share.
+//!
 //! The cache directory's files: entry files, the locks that tell live processes from dead
 //! ones, and the scan that starts a run warm. Any number of processes on the host read and
 //! write it at once; the ledger (`journal.rs`) keeps them within one budget.
@@ -18,8 +20,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 
+pub(super) mod journal;
+
 use super::entry::EntryId;
-use super::journal::Journal;
+use journal::Journal;
 
 /// How long a process waits for another that holds the directory to tidy it up.
 const TIDY_PATIENCE: Duration = Duration::from_secs(60);

@@ -15,7 +15,7 @@ const SLACK: u64 = 1 << 14;
 
 /// The announced accesses still to come.
 #[derive(Debug, Default)]
-pub(crate) struct Plan {
+pub(crate) struct Announced {
     uses: HashMap<EntryId, VecDeque<u64>>,
     /// The furthest announced position read so far.
     clock: u64,
@@ -40,13 +40,13 @@ struct Trail {
     last: u64,
 }
 
-impl Plan {
+impl Announced {
     /// A plan of the reads of several processes in step (the ranks of a node), of which
     /// this one reads some.
-    pub fn shared() -> Plan {
-        Plan {
+    pub fn shared() -> Announced {
+        Announced {
             trail: Some(Trail::default()),
-            ..Plan::default()
+            ..Announced::default()
         }
     }
 
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn reads_move_the_clock_and_next_uses_follow() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         for id in [1, 2, 3, 1, 2, 3] {
             plan.push(id);
         }
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_shared_plan_lets_other_processes_reads_pass_behind_its_clock() {
-        let mut plan = Plan::shared();
+        let mut plan = Announced::shared();
         // Two processes in step; this one reads the even positions. Entry 100 + i is read
         // by the other one at 2i + 1, and again by this one much later.
         for i in 0..200u128 {
@@ -171,7 +171,7 @@ mod tests {
         assert_eq!(plan.next_use(100_000), 400);
         // Near the clock: still to come.
         assert_eq!(plan.next_use(100_149), 299);
-        let mut own = Plan::default();
+        let mut own = Announced::default();
         own.push(1);
         own.push(2);
         own.read(2);
@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn consecutive_accesses_to_one_block_are_one() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         for id in [7, 7, 7, 8, 7] {
             plan.push(id);
         }

@@ -4,8 +4,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::announced::{Announced, NEVER};
 use super::entry::EntryId;
-use super::plan::{NEVER, Plan};
 
 /// How a full cache tier chooses what to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,13 +62,13 @@ impl std::fmt::Display for CachePolicy {
 /// go for a new one, or `None` to keep them all and not take the new one.
 pub(crate) trait Policy: Send {
     /// `id` entered the tier.
-    fn inserted(&mut self, id: EntryId, plan: &mut Plan);
+    fn inserted(&mut self, id: EntryId, plan: &mut Announced);
     /// `id`, held by the tier, was read.
-    fn read(&mut self, id: EntryId, plan: &mut Plan);
+    fn read(&mut self, id: EntryId, plan: &mut Announced);
     /// `id` left the tier.
     fn removed(&mut self, id: EntryId);
     /// A read of `id`, held by the tier, was announced.
-    fn announced(&mut self, _id: EntryId, _plan: &mut Plan) {}
+    fn announced(&mut self, _id: EntryId, _plan: &mut Announced) {}
     /// Entries whose sizes add up to at least `need` bytes, to evict so that `incoming`
     /// fits; `None` if `incoming` should not be admitted.
     fn victims(
@@ -76,7 +76,7 @@ pub(crate) trait Policy: Send {
         incoming: EntryId,
         need: u64,
         size_of: &dyn Fn(EntryId) -> u64,
-        plan: &mut Plan,
+        plan: &mut Announced,
     ) -> Option<Vec<EntryId>>;
 }
 
@@ -98,10 +98,10 @@ impl Lru {
 }
 
 impl Policy for Lru {
-    fn inserted(&mut self, id: EntryId, _: &mut Plan) {
+    fn inserted(&mut self, id: EntryId, _: &mut Announced) {
         self.touch(id);
     }
-    fn read(&mut self, id: EntryId, _: &mut Plan) {
+    fn read(&mut self, id: EntryId, _: &mut Announced) {
         self.touch(id);
     }
     fn removed(&mut self, id: EntryId) {
@@ -114,7 +114,7 @@ impl Policy for Lru {
         _: EntryId,
         need: u64,
         size_of: &dyn Fn(EntryId) -> u64,
-        _: &mut Plan,
+        _: &mut Announced,
     ) -> Option<Vec<EntryId>> {
         take_until(self.by_age.values().copied(), need, size_of)
     }
@@ -124,15 +124,15 @@ impl Policy for Lru {
 struct PinOnce;
 
 impl Policy for PinOnce {
-    fn inserted(&mut self, _: EntryId, _: &mut Plan) {}
-    fn read(&mut self, _: EntryId, _: &mut Plan) {}
+    fn inserted(&mut self, _: EntryId, _: &mut Announced) {}
+    fn read(&mut self, _: EntryId, _: &mut Announced) {}
     fn removed(&mut self, _: EntryId) {}
     fn victims(
         &mut self,
         _: EntryId,
         _: u64,
         _: &dyn Fn(EntryId) -> u64,
-        _: &mut Plan,
+        _: &mut Announced,
     ) -> Option<Vec<EntryId>> {
         None
     }
@@ -149,7 +149,7 @@ struct Future {
 }
 
 impl Future {
-    fn place(&mut self, id: EntryId, plan: &mut Plan, touched: bool) {
+    fn place(&mut self, id: EntryId, plan: &mut Announced, touched: bool) {
         let tick = match self.rank.remove(&id) {
             Some((next, tick)) => {
                 self.order.remove(&(next, tick, id));
@@ -170,7 +170,7 @@ impl Future {
 
     /// Entries ranked by a next use the clock has left far behind were not read then (the
     /// loader served them from a request it had made): look their next use up again.
-    fn refresh(&mut self, plan: &mut Plan) {
+    fn refresh(&mut self, plan: &mut Announced) {
         let behind = plan.behind();
         while let Some(&(next, _, id)) = self.order.first() {
             if next >= behind {
@@ -185,10 +185,10 @@ impl Future {
 }
 
 impl Policy for Future {
-    fn inserted(&mut self, id: EntryId, plan: &mut Plan) {
+    fn inserted(&mut self, id: EntryId, plan: &mut Announced) {
         self.place(id, plan, true);
     }
-    fn read(&mut self, id: EntryId, plan: &mut Plan) {
+    fn read(&mut self, id: EntryId, plan: &mut Announced) {
         self.place(id, plan, true);
     }
     fn removed(&mut self, id: EntryId) {
@@ -198,7 +198,7 @@ impl Policy for Future {
     }
     /// An entry ranked before its reads were announced (found on disk at start, or held
     /// across a resume) moves to its place in the new plan.
-    fn announced(&mut self, id: EntryId, plan: &mut Plan) {
+    fn announced(&mut self, id: EntryId, plan: &mut Announced) {
         if self.rank.contains_key(&id) {
             self.place(id, plan, false);
         }
@@ -208,7 +208,7 @@ impl Policy for Future {
         incoming: EntryId,
         need: u64,
         size_of: &dyn Fn(EntryId) -> u64,
-        plan: &mut Plan,
+        plan: &mut Announced,
     ) -> Option<Vec<EntryId>> {
         self.refresh(plan);
         let wanted = plan.next_use(incoming);
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn lru_lets_the_oldest_go() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         let mut lru = CachePolicy::Lru.build();
         for id in 1..=3 {
             lru.inserted(id, &mut plan);
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn pin_once_never_evicts() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         let mut pin = CachePolicy::PinOnce.build();
         pin.inserted(1, &mut plan);
         assert_eq!(pin.victims(2, 1, &one, &mut plan), None);
@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn future_evicts_the_furthest_and_rejects_what_comes_last() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         for id in [1, 2, 3, 4, 3, 1, 2] {
             plan.push(id);
         }
@@ -282,7 +282,7 @@ mod tests {
         plan.read(4);
         assert_eq!(future.victims(4, 1, &one, &mut plan), None);
         // Something needed at once displaces the one needed last.
-        let mut plan2 = Plan::default();
+        let mut plan2 = Announced::default();
         for id in [1, 2, 5, 1, 2] {
             plan2.push(id);
         }
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn entries_held_before_the_plan_take_their_place_in_it() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         let mut future = CachePolicy::Future.build();
         for id in [1, 2] {
             future.inserted(id, &mut plan);
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn future_without_a_plan_is_lru() {
-        let mut plan = Plan::default();
+        let mut plan = Announced::default();
         let mut future = CachePolicy::Future.build();
         for id in 1..=3 {
             future.inserted(id, &mut plan);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::entry::EntryId;
+use super::super::entry::EntryId;
 
 const RECORD: usize = 32;
 const ADD: u8 = 1;

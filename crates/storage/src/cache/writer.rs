@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::disk::{Claim, Disk};
 use super::entry::{EntryId, Origin, Unit, encode};
-use super::journal::{Held, Journal, Record};
 use super::metrics::{Counters, NodeSnapshot};
+use super::node::journal::{Held, Journal, Record};
+use super::node::{Claim, Disk};
 use super::state::{State, lock};
 use super::tier::Admission;
 

@@ -6,10 +6,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use super::announced::Announced;
 use super::entry::{EntryId, Origin};
-use super::journal::{Record, Replay};
 use super::metrics::{CacheSnapshot, Counters, TierSnapshot};
-use super::plan::Plan;
+use super::node::journal::{Record, Replay};
 use super::policy::CachePolicy;
 use super::tier::Tier;
 
@@ -20,9 +20,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) struct State {
     /// This process's announced reads: the memory tier keeps by them.
-    pub plan: Plan,
+    pub plan: Announced,
     /// The reads of every process sharing the directory: the disk tier keeps by them.
-    pub node_plan: Plan,
+    pub node_plan: Announced,
     pub memory: Tier<Bytes>,
     pub memory_stats: TierStats,
     /// The directory's entries as its ledger says, whoever wrote them.
@@ -58,8 +58,8 @@ pub(crate) struct TierStats {
 impl State {
     pub fn new(memory_bytes: u64, disk_bytes: u64, policy: CachePolicy) -> Self {
         State {
-            plan: Plan::default(),
-            node_plan: Plan::shared(),
+            plan: Announced::default(),
+            node_plan: Announced::shared(),
             memory: Tier::new(memory_bytes, policy),
             memory_stats: TierStats::default(),
             disk: Tier::new(disk_bytes, policy),
