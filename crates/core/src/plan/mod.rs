@@ -1,7 +1,7 @@
-//! Read planning (the read order, and nothing else named "plan"): the run's global order (one order of every source's samples, the same on
-//! any world size) or a caller's sampler, this rank's share of each global batch, and what
-//! the engine (`chunked`: which chunks to read whole, and when each is done) and the cache
-//! (the epochs ahead) are told.
+//! Read planning (the read order; nothing else is named "plan"): the run's global order
+//! (one order of every source's samples, the same on any world size) or a caller's sampler,
+//! this rank's share of each global batch, and what the engine (`chunked`: which chunks to
+//! read whole, and when each is done) and the cache (the epochs ahead) are told.
 //!
 //! Rooms: `build` (a planner made: the global order or a caller's sampler), `resume` (a
 //! planner's part in a saved state), `announce` (what the cache is told), `chunked` (chunks
