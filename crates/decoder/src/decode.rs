@@ -8,11 +8,11 @@ use zune_png::error::PngDecodeErrors;
 
 use std::panic::{self, AssertUnwindSafe};
 
-use crate::format::Format;
 use crate::image::sized;
 use crate::options::{ColorMode, DecodeOptions, check_budget, zune_options};
-use crate::plan::{Decoded, Plan};
-use crate::{DecodeError, DecodeErrorKind as Kind, Image, Result, formats, jpeg};
+use crate::sniff::Format;
+use crate::wanted::{Decoded, Wanted};
+use crate::{DecodeError, DecodeErrorKind as Kind, Image, Result, codecs, jpeg};
 
 /// Decode `bytes` as whichever format they are.
 pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
@@ -26,7 +26,7 @@ pub(crate) fn decode_reusing(
     options: &DecodeOptions,
     buffer: Vec<u8>,
 ) -> Result<Image> {
-    decode_planned(bytes, options, buffer, |_, _| Plan::default()).map(|d| d.image)
+    decode_planned(bytes, options, buffer, |_, _| Wanted::default()).map(|d| d.image)
 }
 
 /// [`decode_reusing`], told what the steps will read once the image's size is known:
@@ -38,7 +38,7 @@ pub(crate) fn decode_planned(
     bytes: &[u8],
     options: &DecodeOptions,
     buffer: Vec<u8>,
-    plan: impl FnOnce(usize, usize) -> Plan,
+    plan: impl FnOnce(usize, usize) -> Wanted,
 ) -> Result<Decoded> {
     let format = Format::sniff(bytes);
     // The third-party decoders are trusted to return errors, not to be free of bugs: a
@@ -47,7 +47,7 @@ pub(crate) fn decode_planned(
     let decoded = panic::catch_unwind(AssertUnwindSafe(|| match format {
         Some(Format::Jpeg) => jpeg::decode(bytes, options, buffer, plan),
         Some(Format::Png) => decode_png(bytes, options).map(Decoded::whole),
-        Some(other) => formats::decode_other(bytes, other, options).map(Decoded::whole),
+        Some(other) => codecs::decode_other(bytes, other, options).map(Decoded::whole),
         None if bytes.is_empty() => Err(DecodeError::new(Kind::Empty, "the data is empty")),
         None => Err(DecodeError::new(
             Kind::UnknownFormat,

@@ -37,25 +37,25 @@
 //! # Rooms
 //!
 //! `decode` (the format's decoder, PNG's here) with `jpeg/` (libjpeg-turbo, zune-jpeg,
-//! markers) and `formats` (the others), over `plan` (what a decode is asked for and gives
-//! back), `format` (sniffing), `options` (budget, channels, decoder, draft), below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
+//! markers) and `codecs` (the other formats, through the `image` crate), over `wanted`
+//! (what a decode is asked for and gives back), `sniff` (which format bytes or a name are), `options` (budget, channels, decoder, draft), below `image` (pixels) and `resize` (antialiased bilinear) and `geometry` (crop
 //! rectangles, torchvision's draws); `augment/` (torchvision's colour, level, blur, warp and erasing steps, to Pillow's bytes);
 //! `pipeline/` composes them into a seeded pipeline;
 //! `spec` is the pipeline as data (torchvision's names) for front ends; `error`.
 
 mod augment;
+mod codecs;
 mod decode;
 mod error;
-mod format;
-mod formats;
 pub mod geometry;
 mod image;
 mod jpeg;
 mod options;
 mod pipeline;
-mod plan;
 mod resize;
+mod sniff;
 mod spec;
+mod wanted;
 
 pub use augment::{
     ColorJitter, EraseValue, Fill, GaussianBlur, Interpolation, RandAugment, RandomAffine,
@@ -63,7 +63,6 @@ pub use augment::{
 };
 pub use decode::decode;
 pub use error::{DecodeError, DecodeErrorKind, Result};
-pub use format::Format;
 pub use image::Image;
 pub use options::{ColorMode, DecodeOptions, JpegDecoder};
 pub use pipeline::{
@@ -71,4 +70,5 @@ pub use pipeline::{
     Transform,
 };
 pub use resize::Filter;
+pub use sniff::Format;
 pub use spec::{Amount, EraseWith, Interp, Size, TRANSFORM_STEPS, TransformSpec};

@@ -8,7 +8,7 @@ mod turbo;
 mod zune;
 
 use crate::options::{DecodeOptions, JpegDecoder};
-use crate::plan::{Decoded, Plan};
+use crate::wanted::{Decoded, Wanted};
 use crate::{DecodeError, DecodeErrorKind as Kind, Result};
 
 /// Decode `bytes`, asking `plan` (given the image's size) which part is wanted.
@@ -16,7 +16,7 @@ pub(crate) fn decode(
     bytes: &[u8],
     options: &DecodeOptions,
     buffer: Vec<u8>,
-    plan: impl FnOnce(usize, usize) -> Plan,
+    plan: impl FnOnce(usize, usize) -> Wanted,
 ) -> Result<Decoded> {
     // Header damage that libjpeg reads past (and so PIL and torchvision decode) would make
     // zune-jpeg's strict mode refuse the file.

@@ -1,11 +1,11 @@
-//! libjpeg-turbo through `loader-turbojpeg`: a region when the plan names one, at a
+//! libjpeg-turbo through `loader-turbojpeg`: a region when what is wanted names one, at a
 //! reduced scale when the options allow a draft.
 
 use loader_turbojpeg::{Decompressor, Error, ErrorKind, Header, Limits, Output, Region, Scale};
 
 use crate::geometry::Rect;
 use crate::options::{ColorMode, DecodeOptions, check_budget};
-use crate::plan::{Decoded, Plan};
+use crate::wanted::{Decoded, Wanted};
 use crate::{DecodeError, DecodeErrorKind as Kind, Image, Result};
 
 /// Rows and columns decoded beyond a planned region on each side (where the image has
@@ -43,7 +43,7 @@ fn error(err: Error) -> DecodeError {
 
 /// The largest DCT scale at which the part read still has at least twice the target's
 /// size on both sides (Pillow's `draft` rule), or full size.
-fn draft_scale(header: &Header, plan: &Plan) -> Scale {
+fn draft_scale(header: &Header, plan: &Wanted) -> Scale {
     let Some((tw, th)) = plan.target else {
         return Scale::ONE;
     };
@@ -90,7 +90,7 @@ pub(super) fn decode(
     sampling: &[(u8, u8)],
     options: &DecodeOptions,
     mut buffer: Vec<u8>,
-    plan: impl FnOnce(usize, usize) -> Plan,
+    plan: impl FnOnce(usize, usize) -> Wanted,
 ) -> Result<Outcome> {
     // One per image: loader-turbojpeg reads every header with a fresh libjpeg-turbo handle
     // anyway (a handle keeps state from the last stream), so keeping one per thread saved

@@ -21,7 +21,7 @@ use view::{View, pad};
 
 use crate::decode::decode_planned;
 use crate::geometry::{self, Rect};
-use crate::plan::{Decoded, Plan};
+use crate::wanted::{Decoded, Wanted};
 
 use crate::augment::RandomErasing;
 use crate::{DecodeError, DecodeErrorKind, DecodeOptions, Image, Result};
@@ -64,7 +64,7 @@ const KEEP_PIXELS: usize = 16 << 20;
 fn with_pixels<R>(
     bytes: &[u8],
     options: &DecodeOptions,
-    plan: impl FnOnce(usize, usize) -> Plan,
+    plan: impl FnOnce(usize, usize) -> Wanted,
     f: impl FnOnce(&Decoded) -> Result<R>,
 ) -> Result<R> {
     let decoded = decode_planned(bytes, options, PIXELS.take(), plan)?;
@@ -426,14 +426,14 @@ impl Pipeline {
         Ok((view, rng))
     }
 
-    /// This sample's random stream: the same for the plan and for the steps.
+    /// This sample's random stream: the same for what is wanted of the decode and for the steps.
     fn rng(&self, key: SampleKey) -> ChaCha8Rng {
         ChaCha8Rng::seed_from_u64(mix(mix(mix(self.inner.seed) ^ key.epoch) ^ key.index))
     }
 
     /// What the steps will read of a `width` x `height` image, when the first step crops
     /// (drawn as the step will draw it, from the sample's own stream) or resizes.
-    fn plan(&self, key: SampleKey, width: usize, height: usize) -> Plan {
+    fn plan(&self, key: SampleKey, width: usize, height: usize) -> Wanted {
         match self.inner.transforms.first() {
             Some(&Transform::RandomResizedCrop {
                 scale,
@@ -441,7 +441,7 @@ impl Pipeline {
                 height: out_h,
                 width: out_w,
                 ..
-            }) => Plan {
+            }) => Wanted {
                 region: Some(geometry::random_resized_crop(
                     &mut self.rng(key),
                     height,
@@ -456,19 +456,19 @@ impl Pipeline {
                 width: w,
             }) if h <= height && w <= width => {
                 let (y, x) = geometry::center_crop_offsets(height, width, h, w);
-                Plan {
+                Wanted {
                     region: Some(Rect { x, y, w, h }),
                     target: None,
                 }
             }
             Some(&Transform::Resize { size, .. }) => {
                 let (h, w) = geometry::resize_shorter(height, width, size);
-                Plan {
+                Wanted {
                     region: None,
                     target: Some((w.max(1), h.max(1))),
                 }
             }
-            _ => Plan::default(),
+            _ => Wanted::default(),
         }
     }
 }

@@ -6,8 +6,8 @@ use std::io::Cursor;
 
 use image::{DynamicImage, ImageDecoder, ImageError, ImageFormat, ImageReader, Limits};
 
-use crate::format::Format;
 use crate::options::{ColorMode, DecodeOptions, check_budget};
+use crate::sniff::Format;
 use crate::{DecodeError, DecodeErrorKind as Kind, Image, Result};
 
 /// `format`'s bytes as pixels: the header is read and its size checked against the

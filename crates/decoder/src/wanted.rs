@@ -1,4 +1,4 @@
-//! What a decode is asked for once the image's size is known (a [`Plan`]), and what it
+//! What a decode is asked for once the image's size is known (a [`Wanted`]), and what it
 //! gives back (a [`Decoded`] image, perhaps a part of the whole at a reduced scale).
 
 use crate::Image;
@@ -6,7 +6,7 @@ use crate::geometry::Rect;
 
 /// What the steps will read of an image, known once its size is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
+pub(crate) struct Wanted {
     /// The part read (`None`: all of it).
     pub region: Option<Rect>,
     /// The (width, height) the first resize makes of that part, when the steps resize it
@@ -15,7 +15,7 @@ pub(crate) struct Plan {
     pub target: Option<(usize, usize)>,
 }
 
-/// A decoded image, or the part of it a plan asked for.
+/// A decoded image, or the part of it its `Wanted` asked for.
 #[derive(Debug)]
 pub(crate) struct Decoded {
     /// The pixels decoded.
