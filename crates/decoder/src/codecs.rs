@@ -63,16 +63,11 @@ pub(crate) fn decode_other(bytes: &[u8], format: Format, options: &DecodeOptions
 }
 
 fn image_error(format: &str, err: ImageError) -> DecodeError {
-    let text = err.to_string();
-    let lower = text.to_ascii_lowercase();
     let kind = match &err {
         ImageError::Limits(_) => Kind::TooLarge,
         ImageError::Unsupported(_) => Kind::Unsupported,
         ImageError::IoError(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Kind::Truncated,
-        _ if lower.contains("eof") || lower.contains("end of") || lower.contains("truncated") => {
-            Kind::Truncated
-        }
         _ => Kind::Corrupt,
     };
-    DecodeError::new(kind, format!("{format}: {text}"))
+    DecodeError::new(kind, format!("{format}: {err}")).caused_by(err)
 }

@@ -71,27 +71,24 @@ pub(crate) fn decode_planned(
     })
 }
 
-fn png_error(err: PngDecodeErrors) -> DecodeError {
-    let text = err.to_string();
-    let lower = text.to_ascii_lowercase();
-    let kind = if matches!(err, PngDecodeErrors::IoErrors(_))
-        || lower.contains("eof")
-        || lower.contains("end of")
-        || lower.contains("no more bytes")
-    {
+/// `err` of the PNG `bytes`: truncated when the file lacks its closing `IEND` chunk (the
+/// data ends before the image does), told by the file's structure, not the library's words.
+fn png_error(bytes: &[u8], err: PngDecodeErrors) -> DecodeError {
+    let closed = bytes.len() >= 12 && bytes[bytes.len() - 12..].windows(4).any(|w| w == b"IEND");
+    let kind = if matches!(err, PngDecodeErrors::IoErrors(_)) || !closed {
         Kind::Truncated
     } else if matches!(err, PngDecodeErrors::UnsupportedAPNGImage) {
         Kind::Unsupported
     } else {
         Kind::Corrupt
     };
-    DecodeError::new(kind, format!("PNG: {text}"))
+    DecodeError::new(kind, format!("PNG: {err}")).caused_by(err)
 }
 
 fn decode_png(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
     let zopts = zune_options().png_set_strip_to_8bit(true);
     let mut decoder = PngDecoder::new_with_options(ZCursor::new(bytes), zopts);
-    decoder.decode_headers().map_err(png_error)?;
+    decoder.decode_headers().map_err(|e| png_error(bytes, e))?;
     let (width, height) = decoder
         .dimensions()
         .ok_or_else(|| DecodeError::new(Kind::Corrupt, "PNG: no IHDR header"))?;
@@ -100,7 +97,7 @@ fn decode_png(bytes: &[u8], options: &DecodeOptions) -> Result<Image> {
         .colorspace()
         .map(|c| c.num_components())
         .ok_or_else(|| DecodeError::new(Kind::Corrupt, "PNG: unknown colour type"))?;
-    let data = match decoder.decode().map_err(png_error)? {
+    let data = match decoder.decode().map_err(|e| png_error(bytes, e))? {
         DecodingResult::U8(data) => data,
         // strip_to_8bit makes this unreachable; refuse rather than guess.
         _ => {

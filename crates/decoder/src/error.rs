@@ -22,12 +22,27 @@ pub enum DecodeErrorKind {
     InvalidArgument,
 }
 
-/// A decode or transform error: a kind and a sentence for a person.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The library error under a decode error.
+type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A decode or transform error: a kind, a sentence for a person, and the decoding
+/// library's own error when one is under it ([`std::error::Error::source`]).
+#[derive(Debug, Clone)]
 pub struct DecodeError {
     kind: DecodeErrorKind,
     message: String,
+    source: Option<Cause>,
 }
+
+/// Two errors are the same when their kind and sentence are (a library's error has no
+/// equality of its own).
+impl PartialEq for DecodeError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for DecodeError {}
 
 impl DecodeError {
     /// An error of `kind` with `message`.
@@ -35,7 +50,14 @@ impl DecodeError {
         Self {
             kind,
             message: message.into(),
+            source: None,
         }
+    }
+
+    /// This error, caused by the decoding library's `source`.
+    pub fn caused_by(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
     }
 
     /// The broad reason.
@@ -50,7 +72,13 @@ impl fmt::Display for DecodeError {
     }
 }
 
-impl std::error::Error for DecodeError {}
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// Results of this crate.
 pub type Result<T, E = DecodeError> = std::result::Result<T, E>;

@@ -756,3 +756,28 @@ fn a_damaged_jpeg_does_not_spoil_the_next_decode_on_its_thread() {
         .unwrap();
     }
 }
+
+// Issue 46: an error carries the decoding library's own as its source, and "truncated" is
+// told by the file's structure (a PNG without its closing IEND chunk), not by the words of
+// the library's message.
+#[test]
+fn a_png_cut_short_is_truncated_a_damaged_one_corrupt_and_both_keep_their_cause() {
+    let (w, h) = (64u32, 64u32);
+    let data: Vec<u8> = (0..(w * h * 3) as usize)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let png = png_bytes(w, h, png::ColorType::Rgb, png::BitDepth::Eight, &data, None);
+    let options = DecodeOptions::default();
+    let cut = decode(&png[..png.len() / 2], &options).unwrap_err();
+    assert_eq!(cut.kind(), DecodeErrorKind::Truncated, "{cut}");
+    assert!(std::error::Error::source(&cut).is_some(), "{cut}");
+    // The compressed pixels damaged, the file whole to its IEND: corrupt, not truncated.
+    let idat = png.windows(4).position(|w| w == b"IDAT").unwrap() + 4;
+    let mut damaged = png.clone();
+    for b in &mut damaged[idat + 2..idat + 40] {
+        *b ^= 0x5a;
+    }
+    let e = decode(&damaged, &options).unwrap_err();
+    assert_eq!(e.kind(), DecodeErrorKind::Corrupt, "{e}");
+    assert!(std::error::Error::source(&e).is_some(), "{e}");
+}

@@ -29,16 +29,11 @@ fn error(err: Error) -> DecodeError {
     let kind = match err.kind {
         ErrorKind::Limit => Kind::TooLarge,
         ErrorKind::Unsupported => Kind::Unsupported,
-        ErrorKind::Corrupt | ErrorKind::Init => {
-            let lower = err.message.to_ascii_lowercase();
-            if lower.contains("premature end") || lower.contains("empty input") {
-                Kind::Truncated
-            } else {
-                Kind::Corrupt
-            }
-        }
+        // Data cut short is told before any decoder runs (`markers::inspect`), by the
+        // missing end-of-image marker, not guessed from libjpeg's words.
+        ErrorKind::Corrupt | ErrorKind::Init => Kind::Corrupt,
     };
-    DecodeError::new(kind, format!("JPEG: {err}"))
+    DecodeError::new(kind, format!("JPEG: {err}")).caused_by(err)
 }
 
 /// The largest DCT scale at which the part read still has at least twice the target's

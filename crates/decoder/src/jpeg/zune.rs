@@ -18,13 +18,9 @@ fn jpeg_error(err: DecodeErrors) -> DecodeError {
         DecodeErrors::Unsupported(_) => Kind::Unsupported,
         _ => Kind::Corrupt,
     };
-    let text = err.to_string();
-    let kind = if kind == Kind::Corrupt && text.to_ascii_lowercase().contains("eof") {
-        Kind::Truncated
-    } else {
-        kind
-    };
-    DecodeError::new(kind, format!("JPEG: {text}"))
+    // Data cut short is told before any decoder runs (`markers::inspect`), by the missing
+    // end-of-image marker, not guessed here from the library's words.
+    DecodeError::new(kind, format!("JPEG: {err}")).caused_by(err)
 }
 
 /// The jpeg-decoder crate, for the sampling layouts zune-jpeg gets wrong.
@@ -37,7 +33,7 @@ pub(super) fn decode_fallback(bytes: &[u8], options: &DecodeOptions) -> Result<I
             jpeg_decoder::Error::Io(_) => Kind::Truncated,
             _ => Kind::Corrupt,
         };
-        DecodeError::new(kind, format!("JPEG: {e}"))
+        DecodeError::new(kind, format!("JPEG: {e}")).caused_by(e)
     };
     decoder.read_info().map_err(corrupt)?;
     let info = decoder
