@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release -p loader-examples --example http`
 
-use loader_core::{DataLoader, Dataset, Pipeline, from_url};
+use loader_core::{DataLoader, Dataset, LoaderOptions, Pipeline, SourceContext, from_url};
 use loader_testkit::{DatasetSpec, HttpServer};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,7 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = HttpServer::start(dir.path())?;
     // With a real server: from_url("https://data.example.org/imagenet", ...).
     let store = from_url(&server.url(), Vec::<(String, String)>::new())?;
-    let dataset = Dataset::manifest_blocking(&*store, "train.csv")?;
+    // Read behind the loader's default timeouts and retries, as its samples are.
+    let mut options = LoaderOptions::default();
+    options.set("source.manifest", "train.csv")?;
+    let dataset = Dataset::open_blocking("", &SourceContext::new(store.clone(), &options))?;
 
     let loader = DataLoader::builder(store, dataset)
         .batch_size(8)

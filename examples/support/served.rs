@@ -4,7 +4,10 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use loader_core::{DataLoader, DataLoaderBuilder, Dataset, DynStorage, Fetch, Pipeline, from_url};
+use loader_core::{
+    DataLoader, DataLoaderBuilder, Dataset, DynStorage, Fetch, LoaderOptions, Pipeline,
+    SourceContext, from_url,
+};
 use loader_testkit::{DatasetSpec, DelayProxy, S3Server};
 
 /// A training run's size and the store's latency.
@@ -89,7 +92,9 @@ pub fn serve(images: usize, rtt_ms: u64) -> Result<Served, Box<dyn Error>> {
     let server = S3Server::start(dir.path())?;
     let proxy = DelayProxy::start(server.addr(), Duration::from_millis(rtt_ms))?;
     let store = from_url("s3://train", server.options_for(&proxy.url()))?;
-    let dataset = Dataset::image_folder_blocking(&*store)?;
+    // Listed behind the loader's default timeouts and retries, as its samples are read.
+    let context = SourceContext::new(store.clone(), &LoaderOptions::default());
+    let dataset = Dataset::open_blocking("", &context)?;
     Ok(Served {
         store,
         dataset,

@@ -61,42 +61,70 @@ impl PyDataset {
         format: Option<String>,
         options: Option<HashMap<String, String>>,
     ) -> PyResult<Self> {
-        // The keywords are `source.*` options, typed; `options` any loader option by key
-        // (`storage.max_retries`, ...), read through the same declarations.
+        // The keywords are `source.*` options, typed; `options` any source.* or storage.*
+        // option by key, read through the same declarations. One setting given both ways
+        // is refused, not settled by a rule the caller cannot see.
         let mut settings = LoaderOptions::default();
-        for (key, value) in options.iter().flatten() {
+        let config = |e: loader_core::OptionError| errors::config(e.to_string());
+        let options = options.unwrap_or_default();
+        let keywords = [
+            ("manifest", manifest.is_some()),
+            ("labels", labels.is_some()),
+            ("classes", classes.is_some()),
+            ("fields", fields.is_some()),
+            ("image_column", image_column.is_some()),
+            ("label_column", label_column.is_some()),
+            ("member_columns", member_columns.is_some()),
+            ("format", format.is_some()),
+        ];
+        for (key, value) in &options {
+            let key = key.trim();
             if !(key.starts_with("source.") || key.starts_with("storage.")) {
                 return Err(errors::config(format!(
                     "options={{{key:?}: ...}}: a Dataset reads source.* and storage.* options; \
                      give the loader's own to the DataLoader"
                 )));
             }
-            settings
-                .set(key, value)
-                .map_err(|e| errors::config(e.to_string()))?;
+            if let Some((keyword, _)) = keywords
+                .iter()
+                .find(|(k, given)| *given && key.strip_prefix("source.") == Some(*k))
+            {
+                return Err(errors::config(format!(
+                    "{keyword}= and options[{key:?}] both set it: give one of them"
+                )));
+            }
+            settings.set(key, value).map_err(config)?;
         }
         let source = &mut settings.source;
-        source.manifest = manifest.or(source.manifest.take());
-        if let Some(name) = labels {
-            source
-                .set("labels", &name)
-                .map_err(|e| errors::config(e.to_string()))?;
-        }
-        source.classes = classes.or(source.classes.take());
-        source.fields = fields.clone().or(source.fields.take());
-        source.image_column = image_column.or(source.image_column.take());
-        if let Some(label) = label_column {
-            source
-                .set("label_column", &label)
-                .map_err(|e| errors::config(e.to_string()))?;
-        }
         if member_columns.is_some() || !source.member_columns.is_empty() {
             return Err(errors::config(
                 "member_columns: the Python package does not hand a sample's members to \
                  Python yet; read them from Rust (SampleInfo::members)",
             ));
         }
-        source.format = format.or(source.format.take());
+        if let Some(name) = labels {
+            source.set("labels", &name).map_err(config)?;
+        }
+        if let Some(label) = label_column {
+            source.set("label_column", &label).map_err(config)?;
+        }
+        // Typed, not through text: an empty image column is refused by `validate`, where
+        // its text would read as unset.
+        for (slot, given) in [
+            (&mut source.manifest, manifest),
+            (&mut source.image_column, image_column),
+            (&mut source.format, format),
+        ] {
+            if given.is_some() {
+                *slot = given;
+            }
+        }
+        if classes.is_some() {
+            source.classes = classes;
+        }
+        if fields.is_some() {
+            source.fields = fields;
+        }
         settings
             .validate()
             .map_err(|e| errors::config(e.to_string()))?;

@@ -211,3 +211,12 @@ def test_every_native_option_is_a_keyword_documented_with_the_same_default() -> 
             assert _option_text(default) == keys[key], (key, default, keys[key])
     stub = (Path(_native.__file__).parent / "_native.pyi").read_text()
     assert "def option_keys" in stub and "options: dict[str, str]" in stub
+
+
+def test_a_dataset_setting_given_twice_or_for_the_loader_is_refused(tmp_path: Path) -> None:
+    """A keyword and the same key in ``options=`` would leave one silently unread; a loader
+    option given to a Dataset would do nothing there."""
+    with pytest.raises(loader_ml.ConfigError, match=r'manifest= and options\["source.manifest"\]'):
+        loader_ml.Dataset(str(tmp_path), manifest="a.csv", options={"source.manifest": "b.csv"})
+    with pytest.raises(loader_ml.ConfigError, match="source.\\* and storage.\\*"):
+        loader_ml.Dataset(str(tmp_path), options={"batch_size": "8"})

@@ -109,18 +109,22 @@ impl Setting<'_> {
         ceilings: &mut Vec<f64>,
     ) -> Result<Vec<Cell>> {
         let (args, row, concurrency) = (self.args, self.row, self.concurrency());
-        let loader = self.loader(Arc::clone(store)).build()?;
-        let mut cell = measure(
-            loader,
-            &row.name,
-            row.rtt,
-            self.strategy,
-            concurrency,
-            args,
-            None,
-            !args.json,
-        )?;
-        cell.format = self.format;
+        // One measured window of `loader`, the store's requests counted by `requests`.
+        let measured = |loader, requests| -> Result<Cell> {
+            let mut cell = measure(
+                loader,
+                &row.name,
+                row.rtt,
+                self.strategy,
+                concurrency,
+                args,
+                requests,
+                !args.json,
+            )?;
+            cell.format = self.format;
+            Ok(cell)
+        };
+        let cell = measured(self.loader(Arc::clone(store)).build()?, None)?;
         ceilings.push(probe.measure()?);
         let mut cells = vec![cell];
         if !(args.cache && row.rtt.is_some() && self.strategy == Strategy::Async) {
@@ -146,17 +150,7 @@ impl Setting<'_> {
         cold.format = self.format;
         cells.push(cold);
         ceilings.push(probe.measure()?);
-        let mut warm = measure(
-            loader,
-            &row.name,
-            row.rtt,
-            self.strategy,
-            concurrency,
-            args,
-            Some(&requests),
-            !args.json,
-        )?;
-        warm.format = self.format;
+        let mut warm = measured(loader, Some(&requests))?;
         warm.cache = Some("warm");
         cells.push(warm);
         ceilings.push(probe.measure()?);

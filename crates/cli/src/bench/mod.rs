@@ -201,19 +201,18 @@ fn datasets(args: &Args, first: &rows::Row) -> Result<Vec<(Format, Dataset)>> {
     let mut datasets = Vec::new();
     for &format in &args.formats {
         let store: DynStorage = (first.open)(format.bucket())?;
+        // Read as `loader run` reads, behind the default timeouts and retries.
+        let context = SourceContext::new(store, &LoaderOptions::default());
         let dataset = match format {
-            Format::Files => Dataset::image_folder_blocking(&*store)?,
-            f if f.parquet() || f == Format::Mds || f == Format::Packed256 => {
-                let context = SourceContext::new(store.clone(), &LoaderOptions::default());
-                Dataset::open_blocking("", &context)?
-            }
-            _ => {
+            Format::ShardsLocal | Format::ShardsGlobal => {
+                // Named, not listed: the bucket may hold other runs' shard counts.
                 let shards: Vec<String> =
                     (0..args.dataset.images.div_ceil(args.shard_images.max(1)))
                         .map(|s| format!("shard-{s:06}.tar"))
                         .collect();
-                WebDataset::new().load_blocking(&store, &shards)?
+                WebDataset::new().load_blocking(context.store(), &shards)?
             }
+            _ => Dataset::open_blocking("", &context)?,
         };
         eprintln!("{format:?}: {} images", dataset.len());
         datasets.push((format, dataset));

@@ -16,14 +16,29 @@ pub(crate) fn image_extension(key: &str) -> Option<&str> {
         .filter(|ext| IMAGE_EXTENSIONS.iter().any(|e| e.eq_ignore_ascii_case(ext)))
 }
 
+/// Whether `name` ends in `suffix`, in any case (without a lowercased copy: a listing of
+/// millions of keys is asked this several times).
+fn ends_with_any_case(name: &str, suffix: &str) -> bool {
+    let (name, suffix) = (name.as_bytes(), suffix.as_bytes());
+    name.len() >= suffix.len() && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+}
+
 /// Whether a key or URL names a Parquet file (by its `.parquet` suffix).
 pub fn is_parquet(name: &str) -> bool {
-    name.to_ascii_lowercase().ends_with(".parquet")
+    ends_with_any_case(name, ".parquet")
 }
 
 /// Whether a key or URL names a tar shard.
 pub(crate) fn is_tar(name: &str) -> bool {
-    name.to_ascii_lowercase().ends_with(".tar")
+    ends_with_any_case(name, ".tar")
+}
+
+/// The file that describes an MDS or LitData dataset.
+pub const INDEX: &str = "index.json";
+
+/// Whether a key or URL names an MDS or LitData index (`.../index.json`).
+pub fn is_index(name: &str) -> bool {
+    name == INDEX || name.ends_with("/index.json")
 }
 
 /// The suffix of a compressed tar (`.tar.gz`, `.tgz`, ...), if `name` has one.
@@ -37,14 +52,13 @@ pub(crate) fn compressed_tar(name: &str) -> Option<&'static str> {
         ".tar.xz",
         ".tar.lz4",
     ];
-    let lower = name.to_ascii_lowercase();
-    SUFFIXES.into_iter().find(|s| lower.ends_with(s))
+    SUFFIXES.into_iter().find(|s| ends_with_any_case(name, s))
 }
 
 /// What a listing holds, as the formats tell a layout apart: `.tar` shards come before
 /// anything beside them, images before tables (a `datasets` imagefolder's
 /// `metadata.parquet`), Parquet files before a top-level `index.json`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Holds {
     pub(crate) shards: bool,
     pub(crate) compressed: bool,
@@ -61,7 +75,7 @@ impl Holds {
             compressed: any(&|k| compressed_tar(k).is_some()),
             images: any(&|k| image_extension(k).is_some()),
             parquet: any(&is_parquet),
-            index: any(&|k| k == "index.json"),
+            index: any(&|k| k == INDEX),
         }
     }
 }

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 
 use super::error::Result;
+use super::extensions::Holds;
 use super::index::Dataset;
 use crate::options::{LoaderOptions, SourceOptions};
 
@@ -127,15 +128,6 @@ impl SourceContext {
         }
     }
 
-    /// `store` read as it is: the caller has put it behind the stack it wants.
-    pub fn bare(store: DynStorage, options: SourceOptions) -> Self {
-        Self {
-            store,
-            options,
-            progress: None,
-        }
-    }
-
     /// Report progress through `progress` while files are read at open.
     pub fn progress(mut self, progress: Progress) -> Self {
         self.progress = Some(progress);
@@ -161,6 +153,7 @@ pub struct Probe<'a> {
     context: &'a SourceContext,
     named: Option<Vec<String>>,
     listed: OnceLock<Vec<ObjectMeta>>,
+    holds: OnceLock<Holds>,
     read: Mutex<HashMap<String, Bytes>>,
 }
 
@@ -175,6 +168,7 @@ impl<'a> Probe<'a> {
             context,
             named,
             listed: OnceLock::new(),
+            holds: OnceLock::new(),
             read: Mutex::new(HashMap::new()),
         }
     }
@@ -205,8 +199,8 @@ impl<'a> Probe<'a> {
         self.named.as_deref()
     }
 
-    /// Every object under the store, sorted by key, when the URL names a prefix (listed on
-    /// first ask); `None` when it names files.
+    /// Every object under the store, in no set order, when the URL names a prefix (listed
+    /// on first ask); `None` when it names files.
     pub async fn listed(&self) -> Result<Option<&[ObjectMeta]>> {
         if self.named.is_some() {
             return Ok(None);
@@ -214,9 +208,20 @@ impl<'a> Probe<'a> {
         if let Some(listed) = self.listed.get() {
             return Ok(Some(listed));
         }
-        let mut listed = self.store().list_all("").await?;
-        listed.sort();
+        let listed = self.store().list_all("").await?;
         Ok(Some(self.listed.get_or_init(|| listed)))
+    }
+
+    /// What the listing holds (shards, images, Parquet files, an `index.json`), told once
+    /// for every format that asks; `None` when the URL names files.
+    pub(crate) async fn holds(&self) -> Result<Option<Holds>> {
+        if let Some(holds) = self.holds.get() {
+            return Ok(Some(*holds));
+        }
+        Ok(self
+            .listed()
+            .await?
+            .map(|listed| *self.holds.get_or_init(|| Holds::of(listed))))
     }
 
     /// The listing, if it was made already.

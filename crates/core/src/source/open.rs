@@ -20,8 +20,9 @@ impl Dataset {
     /// one folder, an MDS or LitData `index.json`. Two formats fitting equally are refused,
     /// as is a setting the format found does not read, naming what does.
     pub async fn open(url: &str, context: &SourceContext) -> Result<Dataset> {
+        // One snapshot of the registry for the whole open.
         let formats = registered();
-        let named = split(url)?.1;
+        let named = split(url, &formats)?.1;
         let probe = Probe::new(url, context, named);
         let format = choose(&probe, &formats).await?;
         check_settings(&probe, &*format, &formats)?;
@@ -160,9 +161,8 @@ async fn unfinished_pack(probe: &Probe<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The store's root and the keys `url` names, by what the registered formats name.
-fn split(url: &str) -> Result<(String, Option<Vec<String>>)> {
-    let formats = registered();
+/// The store's root and the keys `url` names, by what `formats` name.
+fn split(url: &str, formats: &[Arc<dyn Format>]) -> Result<(String, Option<Vec<String>>)> {
     split_named(url, |name| formats.iter().any(|f| f.names(name)))
 }
 
@@ -171,7 +171,7 @@ fn split(url: &str) -> Result<(String, Option<Vec<String>>)> {
 /// is on its directory (`s3://b/train-{0..9}.tar` and `s3://b/data/train-0.parquet` are
 /// on `s3://b` and `s3://b/data`), any other URL is itself.
 pub fn store_url(url: &str) -> Result<String> {
-    Ok(match split(url)? {
+    Ok(match split(url, &registered())? {
         (root, Some(_)) => root,
         // As given: how a prefix is spelled is the caller's (a pack records it).
         (_, None) => url.to_owned(),

@@ -11,7 +11,7 @@ use loader_scheduler::{Label, RecordOf, Records};
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 
 use super::error::{Result, SourceError};
-use super::extensions::Holds;
+use super::extensions::{INDEX, is_index};
 use super::format::{Fit, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 
@@ -53,14 +53,6 @@ pub(crate) async fn get_whole(store: &DynStorage, key: &str) -> Result<Bytes> {
     Ok(store.get(key).await?)
 }
 
-/// The file that describes an MDS or LitData dataset.
-pub const INDEX: &str = "index.json";
-
-/// Whether a key or URL names an MDS or LitData index (`.../index.json`).
-pub fn is_index(name: &str) -> bool {
-    name == INDEX || name.ends_with("/index.json")
-}
-
 /// How well an `index.json` a probe finds fits the format whose contents `ours` tells
 /// (MDS and LitData both describe their files in one).
 pub(crate) async fn index_fit(
@@ -94,7 +86,7 @@ pub(crate) async fn index_json(probe: &Probe<'_>) -> Result<Option<(Fit, String,
         Some(_) => return Ok(None),
         None => {
             // An `index.json` beside shards, images or Parquet files is theirs.
-            let holds = Holds::of(probe.listed().await?.unwrap_or_default());
+            let holds = probe.holds().await?.unwrap_or_default();
             if !holds.index || holds.shards || holds.images || holds.parquet {
                 return Ok(None);
             }

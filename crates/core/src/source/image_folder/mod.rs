@@ -7,7 +7,7 @@ use loader_storage::{ObjectMeta, Storage};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::extensions::{Holds, image_extension};
+use super::extensions::image_extension;
 use super::format::{Fit, Format, Probe};
 use super::index::Dataset;
 use super::index::Item;
@@ -34,11 +34,10 @@ impl Format for ImageFolder {
     }
 
     async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
-        let Some(listed) = probe.listed().await? else {
+        let Some(holds) = probe.holds().await? else {
             return Ok(None);
         };
         // Images beside shards are the shards' previews, not the dataset.
-        let holds = Holds::of(listed);
         Ok(Some(if holds.images && !holds.shards {
             Fit::Listed
         } else {
@@ -53,7 +52,7 @@ impl Format for ImageFolder {
                 loader_storage::redact(probe.url())
             )));
         };
-        Dataset::image_folder_of(listed.to_vec(), probe.store().name())
+        Dataset::image_folder_in(listed, probe.store().name())
     }
 }
 
@@ -64,12 +63,18 @@ impl Dataset {
     /// samples are sorted by key within a class. The store is listed as given: behind a
     /// retry layer, a transient failure of the listing restarts it.
     pub async fn image_folder(store: &dyn Storage) -> Result<Self> {
-        Self::image_folder_of(store.list_all("").await?, store.name())
+        Self::image_folder_in(&store.list_all("").await?, store.name())
     }
 
     /// [`Dataset::image_folder`] from a listing already made (of the store named
     /// `store`), e.g. by a caller that also looked for shards in it.
     pub fn image_folder_of(listed: Vec<ObjectMeta>, store: &str) -> Result<Self> {
+        Self::image_folder_in(&listed, store)
+    }
+
+    /// [`Dataset::image_folder_of`] over a listing held elsewhere (a probe's): only the
+    /// images are copied out of it.
+    pub(crate) fn image_folder_in(listed: &[ObjectMeta], store: &str) -> Result<Self> {
         let mut folders: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut objects = Vec::new();
         for meta in listed {
@@ -79,7 +84,7 @@ impl Dataset {
             let entry = folders.entry(class.to_owned()).or_default();
             if image_extension(&meta.key).is_some() {
                 entry.push(meta.key.clone());
-                objects.push(meta);
+                objects.push(meta.clone());
             }
         }
         if folders.is_empty() {

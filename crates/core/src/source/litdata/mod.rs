@@ -21,9 +21,10 @@ use loader_storage::{DynStorage, Storage};
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
+use super::extensions::is_index;
 use super::format::{Fit, Format, Probe};
 use super::index::Dataset;
-use super::record_files::{dataset_of, get_whole, index_fit, index_of, is_index, open_files};
+use super::record_files::{dataset_of, get_whole, index_fit, index_of, open_files};
 use leaves::Columns;
 
 /// Whether `text`, the bytes of an `index.json`, describes LitData chunks rather than

@@ -21,7 +21,7 @@ use super::record_files::{RecordFile, dataset_of, get_whole, index_fit, index_of
 use layout::{Compression, Shard};
 
 /// The file that describes an MDS dataset, and whether a key or URL names one.
-pub use super::record_files::{INDEX, is_index as is_mds_index};
+pub use super::extensions::{INDEX, is_index as is_mds_index};
 
 /// How MDS shards become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]

@@ -31,7 +31,6 @@ use parquet::file::metadata::ParquetMetaData;
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
-use super::extensions::Holds;
 use super::format::{Fit, Format, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 use columns::{Columns, LabelValues, Value};
@@ -748,7 +747,7 @@ impl Format for Parquet {
                 (!keys.is_empty() && keys.iter().all(|k| is_parquet(k))).then_some(Fit::Named)
             );
         }
-        let holds = Holds::of(probe.listed().await?.unwrap_or_default());
+        let holds = probe.holds().await?.unwrap_or_default();
         // Parquet beside images is a `datasets` imagefolder's metadata.parquet, not the
         // dataset; beside shards, their metadata (img2dataset writes both).
         Ok((holds.parquet && !holds.images && !holds.shards).then_some(Fit::Listed))

@@ -42,7 +42,7 @@ pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex};
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::extensions::{Holds, compressed_tar, is_parquet, is_tar};
+use super::extensions::{compressed_tar, is_parquet, is_tar};
 use super::format::{Fit, Format, Probe};
 use super::index::{CLASSES_FILE, Dataset};
 pub use crate::source::format::Progress;
@@ -647,18 +647,20 @@ pub fn split_url(url: &str) -> Result<(String, Option<Vec<String>>)> {
     let (root, keys) = super::url::split_named(url, |name| {
         is_tar(name) || compressed_tar(name).is_some() || is_parquet(name)
     })?;
-    if let Some(suffix) = keys.iter().flatten().find_map(|k| compressed_tar(k)) {
-        return Err(SourceError::List(
-            loader_storage::redact(url),
-            compressed_problem(suffix),
-        ));
-    }
+    refuse_compressed(url, keys.iter().flatten())?;
     Ok((root, keys))
 }
 
-/// Whether `url` names files (a brace list, a `.tar` or a `.parquet`) rather than a prefix.
-pub fn is_shard_url(url: &str) -> bool {
-    url.contains('{') || is_tar(url) || compressed_tar(url).is_some() || is_parquet(url)
+/// Refuses compressed shards named by `url`: samples are byte ranges of a shard, which a
+/// compressed stream does not have.
+fn refuse_compressed<'a>(url: &str, keys: impl IntoIterator<Item = &'a String>) -> Result<()> {
+    match keys.into_iter().find_map(|k| compressed_tar(k)) {
+        Some(suffix) => Err(SourceError::List(
+            loader_storage::redact(url),
+            compressed_problem(suffix),
+        )),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn compressed_problem(suffix: &str) -> String {
@@ -729,7 +731,7 @@ impl Format for WebDataset {
                 (!keys.iter().all(|k| is_parquet(k))).then_some(Fit::Fallback)
             });
         }
-        let holds = Holds::of(probe.listed().await?.unwrap_or_default());
+        let holds = probe.holds().await?.unwrap_or_default();
         // Compressed shards are ours to refuse, when nothing else there is a dataset.
         let ours =
             holds.shards || (holds.compressed && !holds.images && !holds.parquet && !holds.index);
@@ -747,12 +749,7 @@ impl Format for WebDataset {
         let store = probe.store();
         let Some(listed) = probe.listed().await? else {
             let keys = probe.named().unwrap_or_default();
-            if let Some(suffix) = keys.iter().find_map(|k| compressed_tar(k)) {
-                return Err(SourceError::List(
-                    loader_storage::redact(probe.url()),
-                    compressed_problem(suffix),
-                ));
-            }
+            refuse_compressed(probe.url(), keys)?;
             return shards.load(store, keys).await;
         };
         let metas = shards_of(listed);
