@@ -1,21 +1,16 @@
 //! `loader`: generate a dataset, serve it, iterate it, pack it into shards, and reproduce the
 //! paper's benchmark.
 //!
-//! Rooms: one file per command (`run`, `index`, `pack`; with the default `tools` feature `gen_data`,
-//! `serve`, `bench` and its `report`), below them `options` (the loader flags `run` and
-//! `bench` share, over the library's `LoaderOptions`), `progress` (what a command shows
-//! while it works) and `hf_parquet` (Parquet files in Hugging Face's layout, which `pack` and
-//! the generator write).
+//! Rooms: one file or folder per command (`run`, `index`, `pack`; with the default `tools`
+//! feature `generate` (`loader gen`), `serve`, `bench` and its `report`), below them `options` (the loader flags
+//! `run` and `bench` share, over the library's `LoaderOptions`) and `progress` (what a
+//! command shows while it works). Files are written by each format's own writer in
+//! `loader-core`, beside its reader.
 
 #[cfg(feature = "tools")]
 mod bench;
 #[cfg(feature = "tools")]
-mod gen_data;
-#[cfg(feature = "tools")]
-mod gen_mds;
-#[cfg(feature = "tools")]
-mod gen_parquet;
-mod hf_parquet;
+mod generate;
 mod index;
 mod options;
 mod pack;
@@ -46,7 +41,7 @@ struct Cli {
 enum Command {
     /// Write a synthetic ImageNet-like dataset (class folders of JPEGs, or tar shards).
     #[cfg(feature = "tools")]
-    Gen(gen_data::Args),
+    Gen(generate::Args),
     /// Build the index of WebDataset shards ahead of time, as sidecar files.
     Index(index::Args),
     /// Serve a directory over the in-process S3 or HTTP server, optionally with added RTT.
@@ -90,7 +85,7 @@ fn main() -> ExitCode {
     loader_core::storage::raise_open_files_limit();
     let result = match cli.command {
         #[cfg(feature = "tools")]
-        Command::Gen(args) => gen_data::main(args),
+        Command::Gen(args) => generate::main(args),
         Command::Index(args) => index::main(args),
         #[cfg(feature = "tools")]
         Command::Serve(args) => serve::main(args),

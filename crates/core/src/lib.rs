@@ -89,7 +89,7 @@ pub use options::{
 };
 pub use source::{
     CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, ManifestSyntax, Member, PACK_FILE,
-    ShardLayout, Source, SourceContext, SourceError,
+    ShardLayout, Source, SourceContext, SourceError, WriteError,
 };
 pub use source::{litdata, mds, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};

@@ -253,3 +253,55 @@ fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs()
         "{errors:?}"
     );
 }
+
+/// The MDS writer `loader gen --mds` uses writes the very bytes MosaicML Streaming's own
+/// MDSWriter wrote: the raw fixture's samples, cut out of its shards and written again with
+/// the same columns and size limit, give the same shards and the same shard entries.
+#[test]
+fn the_writer_writes_what_streaming_wrote() {
+    use loader_core::mds::{MdsColumn, MdsWriter};
+    let raw = fixtures().join("raw");
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(raw.join("index.json")).unwrap()).unwrap();
+    let shards = index["shards"].as_array().unwrap();
+    let u32_at =
+        |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+    let out = tempfile::tempdir().unwrap();
+    let columns = vec![
+        // Given out of name order: the writer stores them by name, as Streaming does.
+        MdsColumn::fixed("label", "int", 8),
+        MdsColumn::variable("caption", "str"),
+        MdsColumn::variable("image", "bytes"),
+    ];
+    let limit = shards[0]["size_limit"].as_u64().unwrap() as usize;
+    let mut writer = MdsWriter::create(out.path(), columns)
+        .unwrap()
+        .size_limit(limit);
+    let mut samples = 0;
+    for shard in shards {
+        let bytes =
+            std::fs::read(raw.join(shard["raw_data"]["basename"].as_str().unwrap())).unwrap();
+        for i in 0..u32_at(&bytes, 0) {
+            let sample = &bytes[u32_at(&bytes, 4 + 4 * i)..u32_at(&bytes, 8 + 4 * i)];
+            // Sizes of the variable columns (caption, image), then caption, image, label.
+            let (caption_len, image_len) = (u32_at(sample, 0), u32_at(sample, 4));
+            let caption = &sample[8..8 + caption_len];
+            let image = &sample[8 + caption_len..8 + caption_len + image_len];
+            let label = &sample[8 + caption_len + image_len..];
+            writer.write(&[label, caption, image]).unwrap();
+            samples += 1;
+        }
+    }
+    writer.finish().unwrap();
+    assert!(samples > 0);
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("index.json")).unwrap()).unwrap();
+    assert_eq!(written["shards"].as_array().unwrap(), shards);
+    for shard in shards {
+        let name = shard["raw_data"]["basename"].as_str().unwrap();
+        assert!(
+            std::fs::read(out.path().join(name)).unwrap() == std::fs::read(raw.join(name)).unwrap(),
+            "{name}: the same bytes as MDSWriter's"
+        );
+    }
+}

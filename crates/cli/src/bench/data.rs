@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::Args;
 use crate::report::Format;
-use crate::{Result, gen_data};
+use crate::{Result, generate};
 
 /// Every kind of data `args.formats` reads, under `root`.
 pub(super) fn prepare(args: &Args, root: &Path) -> Result {
@@ -36,7 +36,7 @@ pub(super) fn prepare(args: &Args, root: &Path) -> Result {
             let dir = root.join(Format::Mds.bucket());
             say(args, "as MDS shards in", &dir);
             let _ = std::fs::remove_dir_all(&dir);
-            crate::gen_mds::write_mds(&args.dataset.spec(), &dir, !args.json)
+            crate::generate::mds::write_mds(&args.dataset.spec(), &dir, !args.json)
         })?;
     }
     // The packed row is made from the files row's images.
@@ -44,7 +44,7 @@ pub(super) fn prepare(args: &Args, root: &Path) -> Result {
     if args.formats.contains(&Format::Files) || packed {
         once(root, ".complete", || {
             say(args, "in", &bucket_dir);
-            gen_data::write(&args.dataset.spec(), &bucket_dir, !args.json)
+            generate::write(&args.dataset.spec(), &bucket_dir, !args.json)
         })?;
     }
     if packed {
@@ -94,7 +94,7 @@ fn shards(args: &Args, root: &Path) -> Result {
             say(args, "as shards in", &dir);
             let _ = std::fs::remove_dir_all(&dir);
             let shards = args.dataset.images.div_ceil(args.shard_images.max(1));
-            gen_data::write_shards(&args.dataset.spec(), &dir, shards, !args.json)
+            generate::write_shards(&args.dataset.spec(), &dir, shards, !args.json)
         },
     )
 }
@@ -107,6 +107,12 @@ fn parquet(args: &Args, root: &Path, indexed: bool) -> Result {
         say(args, "as Parquet files in", &dir);
         let _ = std::fs::remove_dir_all(&dir);
         let files = args.dataset.images.div_ceil(per_file);
-        crate::gen_parquet::write_parquet(&args.dataset.spec(), &dir, files, indexed, !args.json)
+        crate::generate::parquet::write_parquet(
+            &args.dataset.spec(),
+            &dir,
+            files,
+            indexed,
+            !args.json,
+        )
     })
 }

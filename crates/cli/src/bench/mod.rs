@@ -17,14 +17,14 @@ use loader_testkit::S3Server;
 
 use crate::options::LoaderArgs;
 use crate::report::{Format, Report};
-use crate::{Result, Strategy, gen_data};
+use crate::{Result, Strategy, generate};
 
 /// Arguments of `loader bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The dataset to generate (once; it is reused from the cache).
     #[command(flatten)]
-    dataset: gen_data::DataArgs,
+    dataset: generate::DataArgs,
     /// Where the dataset is generated (reused between runs); default: the user cache.
     #[arg(long)]
     data: Option<PathBuf>,

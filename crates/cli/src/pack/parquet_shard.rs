@@ -1,4 +1,4 @@
-//! A Parquet shard in Hugging Face's layout (`hf_parquet`): a row per sample, its image's
+//! A Parquet shard in Hugging Face's layout (`loader_core::parquet::ImageWriter`): a row per sample, its image's
 //! `path` the name a WebDataset pack would give it, row groups of at most 1024 rows or
 //! 64 MiB, held in memory until written.
 
@@ -6,9 +6,10 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
 
+use loader_core::parquet::{ImageRow, ImageWriter, features, writer_properties};
+
 use super::shard::{Closed, Packable, ShardFile, Staged};
 use crate::Result;
-use crate::hf_parquet::{HfWriter, Row, features, properties};
 
 /// Rows of a row group at most.
 const GROUP_ROWS: usize = 1024;
@@ -18,8 +19,8 @@ const GROUP_BYTES: u64 = 64 << 20;
 /// The shard being written, under its `.partial` name.
 pub struct ParquetShard {
     staged: Staged,
-    writer: HfWriter<BufWriter<File>>,
-    group: Vec<Row>,
+    writer: ImageWriter<BufWriter<File>>,
+    group: Vec<ImageRow>,
     group_bytes: u64,
 }
 
@@ -35,12 +36,12 @@ impl ParquetShard {
         classes: &[String],
     ) -> Result<Self> {
         let (staged, out) = Staged::create(staging, number, first, ".parquet")?;
-        let props = properties(true)
+        let props = writer_properties(true)
             .set_key_value_metadata(Some(vec![features(labelled, classes)]))
             .build();
         Ok(Self {
             staged,
-            writer: HfWriter::new(out, props, labelled)?,
+            writer: ImageWriter::new(out, props, labelled)?,
             group: Vec::new(),
             group_bytes: 0,
         })
@@ -60,7 +61,7 @@ impl ShardFile for ParquetShard {
         let path = format!("{:09}.{}", sample.index, sample.extension);
         // The row's bytes and its page and index entries, about.
         let size = (sample.image.len() + path.len()) as u64 + 32;
-        self.group.push(Row {
+        self.group.push(ImageRow {
             image: sample.image.clone(),
             path,
             label: sample.class,

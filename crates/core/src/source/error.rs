@@ -181,3 +181,21 @@ impl SourceError {
         )
     }
 }
+
+/// What can go wrong writing a format's files (`loader pack`, `loader gen`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The file could not be written.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The Parquet writer refused a row group or the footer.
+    #[error("writing Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// The index could not be encoded.
+    #[error("writing an index: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A sample does not fit the format (a value over its size field, a wrong column count).
+    #[error("{0}")]
+    Sample(String),
+}

@@ -33,7 +33,7 @@ mod registry;
 mod url;
 pub mod webdataset;
 
-pub use error::{Result, SourceError};
+pub use error::{Result, SourceError, WriteError};
 pub use extensions::IMAGE_EXTENSIONS;
 pub use format::{Fit, Format, Probe, Progress, SourceContext};
 pub use image_folder::ImageFolder;

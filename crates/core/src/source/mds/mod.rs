@@ -5,6 +5,7 @@
 //! samples. Labels are stored inside the samples, so they are read with them.
 
 mod layout;
+mod write;
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use layout::{Compression, Shard};
 
 /// The file that describes an MDS dataset, and whether a key or URL names one.
 pub use super::extensions::{INDEX, is_index as is_mds_index};
+pub use write::{MdsColumn, MdsWriter, SIZE_LIMIT};
 
 /// How MDS shards become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ mod footer;
 mod members;
 mod pages;
 mod paths;
+mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -90,6 +91,7 @@ where
 }
 
 pub use super::extensions::is_parquet;
+pub use write::{ImageRow, ImageWriter, features, writer_properties};
 
 /// How Parquet files become a [`Dataset`]: which columns hold the images and labels.
 #[derive(Debug, Clone)]

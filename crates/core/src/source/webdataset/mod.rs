@@ -26,6 +26,7 @@
 mod group;
 mod index;
 mod tar;
+mod write;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub use crate::source::local_cache::{default_cache_dir, write_atomically};
 pub use crate::source::url::expand as expand_braces;
 pub use group::IndexedSample;
 pub use index::{INDEX_FORMAT, SIDECAR_SUFFIX, ShardIndex};
+pub use write::ShardWriter;
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};

@@ -1,4 +1,4 @@
-//! Generated datasets as Parquet files in Hugging Face's layout (`hf_parquet`), row groups
+//! Generated datasets as Parquet files in Hugging Face's layout (`loader_core::parquet::ImageWriter`), row groups
 //! of 100 rows (what `datasets` writes for images), with or without an offset index.
 
 use std::fs::File;
@@ -6,8 +6,9 @@ use std::path::Path;
 
 use loader_testkit::{DatasetItem, DatasetSpec};
 
+use loader_core::parquet::{ImageRow, ImageWriter, writer_properties};
+
 use crate::Result;
-use crate::hf_parquet::{HfWriter, Row, properties};
 
 /// Rows per row group: `datasets`' batch size for image datasets.
 pub const ROW_GROUP_ROWS: usize = 100;
@@ -50,10 +51,10 @@ fn write_file(
     page_index: bool,
 ) -> std::result::Result<Vec<DatasetItem>, Box<dyn std::error::Error + Send + Sync>> {
     let tmp = path.with_extension("parquet.partial");
-    let props = properties(page_index)
+    let props = writer_properties(page_index)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .build();
-    let mut writer = HfWriter::new(File::create(&tmp)?, props, true).map_err(|e| e.to_string())?;
+    let mut writer = ImageWriter::new(File::create(&tmp)?, props, true)?;
     let mut items = Vec::with_capacity(rows.len());
     let all: Vec<usize> = rows.collect();
     for group in all.chunks(ROW_GROUP_ROWS) {
@@ -66,15 +67,15 @@ fn write_file(
                 label,
                 size: bytes.len() as u64,
             });
-            rows.push(Row {
+            rows.push(ImageRow {
                 image: bytes.into(),
                 path: key,
                 label: Some(label as i64),
             });
         }
-        writer.write_group(rows).map_err(|e| e.to_string())?;
+        writer.write_group(rows)?;
     }
-    writer.finish().map_err(|e| e.to_string())?;
+    writer.finish()?;
     std::fs::rename(&tmp, path)?;
     Ok(items)
 }

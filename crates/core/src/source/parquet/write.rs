@@ -1,7 +1,7 @@
-//! Parquet files in Hugging Face's image layout, as `datasets` writes them: an `image`
-//! struct of `bytes` and `path` and an int64 `label`; uncompressed pages of about 1 MiB (an
-//! image is compressed already), with an offset index so a reader fetches a page at a time.
-//! Written by `loader pack --format parquet` and the benchmark's generator.
+//! Writing Parquet files in Hugging Face's image layout, as `datasets` writes them: an
+//! `image` struct of `bytes` and `path` and an int64 `label`; uncompressed pages of about
+//! 1 MiB (an image is compressed already), with an offset index so a reader fetches a page
+//! at a time. `loader pack --format parquet` and `loader gen --parquet` write with it.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -14,7 +14,9 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPrope
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 
-use crate::Result;
+use crate::source::error::WriteError;
+
+type Result<T = (), E = WriteError> = std::result::Result<T, E>;
 
 const SCHEMA: &str = "message schema {
     optional group image {
@@ -34,9 +36,12 @@ const SCHEMA_UNLABELLED: &str = "message schema {
 }";
 
 /// One row: an image, the name `datasets` keeps beside it, its class if it has one.
-pub struct Row {
+pub struct ImageRow {
+    /// The image's encoded bytes.
     pub image: bytes::Bytes,
+    /// The name `datasets` keeps beside them.
     pub path: String,
+    /// Its class, or none for an unlabelled sample.
     pub label: Option<i64>,
 }
 
@@ -44,7 +49,7 @@ pub struct Row {
 /// chunk only (their null counts tell a reader which rows are paths; per page, min and
 /// max of images would only bloat every page header), an offset index unless `page_index`
 /// is false.
-pub fn properties(page_index: bool) -> WriterPropertiesBuilder {
+pub fn writer_properties(page_index: bool) -> WriterPropertiesBuilder {
     WriterProperties::builder()
         .set_compression(Compression::UNCOMPRESSED)
         .set_dictionary_enabled(false)
@@ -74,11 +79,11 @@ pub fn features(labelled: bool, classes: &[String]) -> KeyValue {
 }
 
 /// A file being written, a row group at a time.
-pub struct HfWriter<W: Write + Send> {
+pub struct ImageWriter<W: Write + Send> {
     writer: SerializedFileWriter<W>,
 }
 
-impl<W: Write + Send> HfWriter<W> {
+impl<W: Write + Send> ImageWriter<W> {
     /// A file written to `out` with `properties`, with a label column when `labelled`.
     pub fn new(out: W, properties: WriterProperties, labelled: bool) -> Result<Self> {
         let schema = if labelled { SCHEMA } else { SCHEMA_UNLABELLED };
@@ -90,7 +95,7 @@ impl<W: Write + Send> HfWriter<W> {
 
     /// Writes `rows` as one row group (their labels are left out of a file without a label
     /// column).
-    pub fn write_group(&mut self, rows: Vec<Row>) -> Result {
+    pub fn write_group(&mut self, rows: Vec<ImageRow>) -> Result {
         let mut images = Vec::with_capacity(rows.len());
         let mut paths = Vec::with_capacity(rows.len());
         let mut labels = Vec::with_capacity(rows.len());
@@ -115,7 +120,7 @@ impl<W: Write + Send> HfWriter<W> {
                 (2, ColumnWriter::Int64ColumnWriter(w)) => {
                     w.write_batch(&labels, Some(&label_defs), None)?;
                 }
-                _ => return Err("the schema's columns changed".into()),
+                _ => return Err(WriteError::Sample("the schema's columns changed".into())),
             }
             col.close()?;
             column += 1;

@@ -1,4 +1,8 @@
-//! `loader gen`: the testkit's ImageNet-like dataset, written in parallel with a progress bar.
+//! `loader gen`: the testkit's ImageNet-like dataset, written in parallel with a progress bar,
+//! as class folders, WebDataset shards, Parquet files (`parquet`) or MDS shards (`mds`).
+
+pub mod mds;
+pub mod parquet;
 
 use std::path::{Path, PathBuf};
 
@@ -63,10 +67,8 @@ pub fn main(args: Args) -> Result {
     let spec = args.data.spec();
     let items = match (args.shards, args.parquet) {
         (Some(shards), _) => write_shards(&spec, &args.dir, shards, true)?,
-        (None, Some(files)) => {
-            crate::gen_parquet::write_parquet(&spec, &args.dir, files, true, true)?
-        }
-        (None, None) if args.mds => crate::gen_mds::write_mds(&spec, &args.dir, true)?,
+        (None, Some(files)) => parquet::write_parquet(&spec, &args.dir, files, true, true)?,
+        (None, None) if args.mds => mds::write_mds(&spec, &args.dir, true)?,
         (None, None) => write(&spec, &args.dir, true)?,
     };
     let bytes: u64 = items.iter().map(|i| i.size).sum();
