@@ -105,3 +105,37 @@ fn main() -> ExitCode {
 
 /// Errors of the commands: anything with a message.
 pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag whose help is an option's declaration names a declared option, and shows
+    /// its default as the library declares it.
+    #[test]
+    fn help_comes_from_the_declarations() {
+        let mut cli = super::Cli::command();
+        cli.build();
+        let mut seen = 0;
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                assert!(
+                    !help.contains("undeclared"),
+                    "{}: {help}",
+                    command.get_name()
+                );
+                seen += usize::from(help.contains("; --set "));
+            }
+        }
+        assert!(
+            seen >= 20,
+            "{seen} flags read their help from a declaration"
+        );
+        let run = cli
+            .find_subcommand_mut("run")
+            .map(|c| c.render_long_help().to_string());
+        let run = run.unwrap_or_default();
+        assert!(run.contains("[default: 2; --set engine.prefetch]"), "{run}");
+    }
+}

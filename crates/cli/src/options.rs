@@ -2,42 +2,38 @@
 //! one by key with `--set KEY=VALUE` (`loader run --list-options` names them all). Each
 //! flag defaults to the library's default ([`LoaderOptions`]), so the CLI cannot drift.
 
-use loader_core::{Fetch, LoaderOptions, OptionValue};
+use std::time::Duration;
+
+use loader_core::{Column, Fetch, LoaderOptions, OptionValue, SourceOptions};
 
 use crate::{Result, Strategy};
 
-/// Loader options shared by `run` and `bench`.
+/// Samples per batch `loader bench` measures (the paper's batch size).
+pub const BENCH_BATCH_SIZE: usize = 64;
+
+/// Loader options shared by `run` and `bench`. Each flag's help is its option's own
+/// declaration ([`declared`]) and each assigns its option's typed field.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoaderArgs {
-    /// Samples per batch (default: the library's, 1, for `run`; `bench` measures 64).
-    #[arg(long)]
+    #[arg(long, help = format!("{}; `loader bench` measures {}", declared("batch_size"), BENCH_BATCH_SIZE))]
     pub batch_size: Option<usize>,
-    /// Seed of the shuffle and of random transforms.
-    #[arg(long)]
+    #[arg(long, help = declared("seed"))]
     pub seed: Option<u64>,
-    /// Drop the last batch of an epoch if it is short.
-    #[arg(long)]
+    #[arg(long, help = declared("drop_last"))]
     pub drop_last: bool,
-    /// CPU threads for decoding (default: the cores shared by the ranks of the node).
-    #[arg(long)]
+    #[arg(long, help = declared("engine.decode_threads"))]
     pub decode_threads: Option<usize>,
-    /// Finished batches kept ready for the consumer (default 2).
-    #[arg(long)]
+    #[arg(long, help = declared("engine.prefetch"))]
     pub prefetch: Option<usize>,
-    /// Skip up to N failing samples per epoch (reported) instead of stopping at the first.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help = declared("engine.skip_errors"))]
     pub skip_errors: Option<usize>,
-    /// Seconds one attempt of one request may take before it is retried (default 30).
-    #[arg(long, value_name = "SECONDS")]
-    pub request_timeout: Option<f64>,
-    /// Retries of a failed or timed-out request (default 9).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "SECONDS", value_parser = option_value::<Duration>, help = declared("storage.request_timeout"))]
+    pub request_timeout: Option<Duration>,
+    #[arg(long, value_name = "N", help = declared("storage.max_retries"))]
     pub max_retries: Option<u32>,
-    /// Fetched, undecoded bytes held at most, e.g. 1GiB (default 1 GiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = declared("engine.max_buffered_bytes"))]
     pub max_buffered_bytes: Option<u64>,
-    /// Decoded images and finished batches held at most, e.g. 1GiB (default 1 GiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = declared("engine.max_decoded_bytes"))]
     pub max_decoded_bytes: Option<u64>,
     /// Any loader option by its key, e.g. `engine.hedge=tail`; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -50,40 +46,21 @@ pub struct LoaderArgs {
 impl LoaderArgs {
     /// These flags over `o` (a command's own flags set first); `--set` comes last.
     pub fn over(&self, mut o: LoaderOptions) -> Result<LoaderOptions> {
-        let mut set = |key: &str, value: Option<String>| -> Result {
-            match value {
-                Some(value) => Ok(o.set(key, &value)?),
-                None => Ok(()),
-            }
-        };
-        set("batch_size", self.batch_size.map(|v| v.to_string()))?;
-        set("seed", self.seed.map(|v| v.to_string()))?;
-        set("drop_last", self.drop_last.then(|| "true".into()))?;
-        set(
-            "engine.decode_threads",
-            self.decode_threads.map(|v| v.to_string()),
-        )?;
-        set("engine.prefetch", self.prefetch.map(|v| v.to_string()))?;
-        set(
-            "engine.skip_errors",
-            self.skip_errors.map(|v| v.to_string()),
-        )?;
-        set(
-            "storage.request_timeout",
-            self.request_timeout.map(|v| v.to_string()),
-        )?;
-        set(
-            "storage.max_retries",
-            self.max_retries.map(|v| v.to_string()),
-        )?;
-        set(
-            "engine.max_buffered_bytes",
-            self.max_buffered_bytes.map(|v| v.to_string()),
-        )?;
-        set(
-            "engine.max_decoded_bytes",
-            self.max_decoded_bytes.map(|v| v.to_string()),
-        )?;
+        if let Some(v) = self.batch_size {
+            o.batch_size = v;
+        }
+        if let Some(v) = self.seed {
+            o.seed = v;
+        }
+        o.drop_last |= self.drop_last;
+        let (e, s) = (&mut o.engine, &mut o.storage);
+        e.decode_threads = self.decode_threads.or(e.decode_threads);
+        e.prefetch = self.prefetch.unwrap_or(e.prefetch);
+        e.skip_errors = self.skip_errors.or(e.skip_errors);
+        e.max_buffered_bytes = self.max_buffered_bytes.unwrap_or(e.max_buffered_bytes);
+        e.max_decoded_bytes = self.max_decoded_bytes.unwrap_or(e.max_decoded_bytes);
+        s.request_timeout = self.request_timeout.or(s.request_timeout);
+        s.max_retries = self.max_retries.or(s.max_retries);
         for pair in &self.set {
             let (key, value) = pair
                 .split_once('=')
@@ -102,6 +79,39 @@ impl LoaderArgs {
             }
         }
         self.list_options
+    }
+}
+
+/// The dataset's own settings as `run` and `pack` take them (each also `--set source.KEY`
+/// in `run`), their help their options' declarations.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SourceArgs {
+    #[arg(long, value_name = "KEY", help = declared("source.manifest"))]
+    pub manifest: Option<String>,
+    #[arg(long, value_name = "NAME", help = declared("source.image_column"))]
+    pub image_column: Option<String>,
+    #[arg(long, value_name = "NAME", value_parser = option_value::<Column>, help = declared("source.label_column"))]
+    pub label_column: Option<Column>,
+}
+
+impl SourceArgs {
+    /// These flags over `o`.
+    pub fn over(&self, o: &mut SourceOptions) {
+        o.manifest.clone_from(&self.manifest);
+        o.image_column.clone_from(&self.image_column);
+        if let Some(column) = &self.label_column {
+            o.label_column = column.clone();
+        }
+    }
+}
+
+/// A flag's help from the option it sets: the option's own doc line and default, so `--help`
+/// cannot drift from the library (a key that is not an option says so, and a test looks).
+pub fn declared(key: &str) -> String {
+    match LoaderOptions::keys().into_iter().find(|k| k.key == key) {
+        Some(k) if k.default.is_empty() => format!("{} [--set {key}]", k.doc),
+        Some(k) => format!("{} [default: {}; --set {key}]", k.doc, k.default),
+        None => format!("undeclared option {key}"),
     }
 }
 

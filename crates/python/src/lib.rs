@@ -20,11 +20,13 @@
 //! ```
 //!
 //! The pieces: [`buffer`] hands a batch's memory to Python through the buffer protocol,
-//! [`dataset`] and [`loader`] wrap loader-core's types, [`transform`] turns a transform
+//! [`dataset`] and [`loader`] wrap loader-core's types, [`build`] turns the loader's
+//! arguments into one (every check of them in one place), [`transform`] turns a transform
 //! spec or a Python callable into the CPU stage, [`errors`] maps errors onto the package's
 //! exception classes. Every call that waits or works releases the GIL.
 
 pub mod buffer;
+pub mod build;
 pub mod control;
 pub mod dataset;
 pub mod errors;

@@ -3,23 +3,20 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
-use loader_core::{
-    BatchMemory, DataLoader, DataLoaderBuilder, DecodeOptions, Launch, LoaderOptions, LoaderState,
-    SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
-};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use loader_core::{DataLoader, Launch, LoaderOptions, LoaderState};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::buffer::HostBuffer;
+use crate::build::{self, Stages};
 use crate::control::{Control, Waited};
 use crate::dataset::PyDataset;
 use crate::errors::{self, Failure, Kind};
-use crate::{parts, pinned, transform};
+use crate::{pinned, transform};
 
 /// How long one wait for a batch lasts with the GIL released before Python's signal
 /// handlers get a chance to run (Ctrl-C raises within about this long).
@@ -155,143 +152,29 @@ impl PyLoader {
         batch_memory: Option<Py<PyAny>>,
         draft: bool,
     ) -> PyResult<Self> {
-        let config = |e: String| errors::config(e);
-        if datasets.is_empty() {
-            return Err(config("give a dataset, or several to mix".into()));
-        }
-        let weights = weights.unwrap_or_else(|| vec![1.0; datasets.len()]);
-        if weights.len() != datasets.len() {
-            return Err(config(format!(
-                "{} weights for {} datasets: give one weight per dataset",
-                weights.len(),
-                datasets.len()
-            )));
-        }
+        let stages = Stages {
+            transform,
+            steps,
+            transform_fn,
+            main_image,
+            decode_fields,
+            draft,
+            batch_memory,
+        };
+        stages.check()?;
         let backend = datasets
             .iter()
             .map(|d| d.store.name().to_owned())
             .collect::<Vec<_>>()
             .join(", ");
         let samples: usize = datasets.iter().map(|d| d.dataset.len()).sum();
-        let sources: Vec<Source> = datasets
-            .iter()
-            .zip(&weights)
-            .map(|(d, &w)| Source::new(d.store.clone(), d.dataset.clone()).weight(w))
-            .collect();
-        let mut settings = LoaderOptions::default();
-        for (key, value) in &options {
-            settings
-                .set(key, value)
-                .map_err(|e| config(e.to_string()))?;
-        }
-        // Ranks: as given, else the launcher's.
-        match (
-            options.contains_key("rank"),
-            options.contains_key("world_size"),
-        ) {
-            (true, true) => {}
-            (false, false) => {
-                let launch =
-                    Launch::from_env().map_err(|e| config(format!("rank and world size: {e}")))?;
-                (settings.rank, settings.world_size) = (launch.rank, launch.world_size);
-            }
-            _ => {
-                return Err(config(
-                    "give rank and world_size together, or neither".into(),
-                ));
-            }
-        }
+        let sources = build::sources(&datasets, weights)?;
+        let settings = build::settings(&options)?;
         let (rank, world_size, seed) = (settings.rank, settings.world_size, settings.seed);
         let decode_threads = settings.engine_config().decode_threads;
-        let builder = DataLoader::mixture(sources).options(settings);
-        if transform_fn.is_some() && transform.is_some() {
-            return Err(PyValueError::new_err(
-                "give transform as a name, steps or a callable, one of them",
-            ));
-        }
-        if !main_image && decode_fields.is_none() {
-            return Err(config(
-                "samples whose main part is not an image need a decoder of their fields".into(),
-            ));
-        }
-        if !main_image && (transform.is_some() || steps.is_some() || transform_fn.is_some()) {
-            return Err(config(
-                "a transform runs on images: the main field of these samples is not one".into(),
-            ));
-        }
-        if draft && transform.is_none() && steps.is_none() {
-            return Err(config(
-                "draft=True lets JPEGs decode at the scale a native Resize or \
-                 RandomResizedCrop needs: give one as the transform (a Python callable \
-                 receives full-size images)"
-                    .into(),
-            ));
-        }
-        let pipeline = transform::pipeline(transform.as_deref(), steps.as_deref(), seed)?;
-        let pipeline = if draft {
-            pipeline.with_decode_options(DecodeOptions {
-                draft: true,
-                ..*pipeline.decode_options()
-            })
-        } else {
-            pipeline
-        };
         let fatal = transform::Fatal::default();
-        // `pin_memory=True`: batches written into tensors torch's pinned allocator lends.
-        let memory = batch_memory.map(|allocate| {
-            Arc::new(pinned::TorchMemory {
-                allocate,
-                fatal: fatal.clone(),
-            }) as Arc<dyn BatchMemory>
-        });
-        let collate_images = {
-            let memory = memory.clone();
-            move |raw| match &memory {
-                Some(memory) => collate_in(raw, Arc::clone(memory)),
-                None => collate(raw),
-            }
-        };
-        let loader: Box<dyn Control> = if let Some(function) = decode_fields {
-            let image: Option<parts::ImageStage> = match (main_image, transform_fn) {
-                (false, _) => None,
-                (true, Some(callable)) => Some(Arc::new(transform::python_stage(
-                    callable,
-                    pipeline,
-                    fatal.clone(),
-                ))),
-                (true, None) => Some(Arc::new(move |bytes: Bytes, info: &SampleInfo| {
-                    let key = SampleKey {
-                        epoch: info.epoch,
-                        index: info.index,
-                    };
-                    Ok(pipeline.run(&bytes, key)?)
-                })),
-            };
-            let fields = parts::FieldDecoder {
-                function,
-                fatal: fatal.clone(),
-            };
-            let builder = builder
-                .map(
-                    parts::stage(image, fields),
-                    parts::collate_parts(collate_images),
-                )
-                .weigh(parts::weight);
-            boxed(py, builder, &backend)?
-        } else if let Some(callable) = transform_fn {
-            let stage = transform::python_stage(callable, pipeline, fatal.clone());
-            // Weighed as the native pipeline's samples are, so `max_decoded_bytes`
-            // bounds what the callable returns too.
-            let builder = builder.map(stage, collate_images).weigh(sample_bytes);
-            boxed(py, builder, &backend)?
-        } else {
-            let builder = builder.transform(pipeline);
-            let builder = match memory {
-                Some(memory) => builder.batch_memory(memory),
-                None => builder,
-            };
-            boxed(py, builder, &backend)?
-        };
+        let builder = DataLoader::mixture(sources).options(settings);
+        let loader = stages.build(py, builder, seed, &fatal, &backend)?;
         let batches = loader.batches();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -588,23 +471,6 @@ impl PyLoader {
         }
         py.detach(|| drop(self.lock().take()));
     }
-}
-
-/// A built loader behind the one trait `PyLoader` drives, built with the GIL released.
-fn boxed<T, B>(
-    py: Python<'_>,
-    builder: DataLoaderBuilder<T, B>,
-    backend: &str,
-) -> PyResult<Box<dyn Control>>
-where
-    T: Send + 'static,
-    DataLoaderBuilder<T, B>: Send,
-    DataLoader<T, B>: Control + 'static,
-{
-    let loader = py
-        .detach(|| builder.build())
-        .map_err(|e| errors::raise(&e, backend))?;
-    Ok(Box::new(loader))
 }
 
 /// The `num_samples` of a state_dict written before states carried their order.

@@ -15,7 +15,7 @@ use loader_core::webdataset::WebDataset;
 use loader_core::{Dataset, DynStorage, LoaderOptions, SourceContext};
 use loader_testkit::S3Server;
 
-use crate::options::LoaderArgs;
+use crate::options::{BENCH_BATCH_SIZE, LoaderArgs};
 use crate::report::{Format, Report};
 use crate::{Result, Strategy, generate};
 
@@ -122,9 +122,6 @@ fn cache_dir() -> PathBuf {
         .or_else(loader_core::webdataset::default_cache_dir)
         .unwrap_or_else(|| std::env::temp_dir().join("loader-cache"))
 }
-
-/// The batch size the benchmark measures unless `--batch-size` says otherwise: the paper's.
-const BENCH_BATCH_SIZE: usize = 64;
 
 /// The loader's options for every cell, refusing those the benchmark sets per cell.
 fn cell_options(args: &Args) -> Result<LoaderOptions> {

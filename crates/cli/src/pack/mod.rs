@@ -35,7 +35,7 @@ use loader_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
-use crate::options::{parse_size, parse_store_options};
+use crate::options::{SourceArgs, parse_size, parse_store_options};
 use crate::progress::open_dataset;
 
 const PACK_FORMAT: &str = "loader-pack/1";
@@ -67,15 +67,8 @@ pub struct Args {
     /// The JPEG quality of re-encoded images (with --resize; default 90).
     #[arg(long, value_name = "Q", requires = "resize", value_parser = clap::value_parser!(u8).range(1..=100))]
     quality: Option<u8>,
-    /// A manifest of the samples under SRC (a key), as `loader run` takes it.
-    #[arg(long, value_name = "KEY")]
-    manifest: Option<String>,
-    /// Parquet, MDS and LitData: the column of the images.
-    #[arg(long, value_name = "NAME")]
-    image_column: Option<String>,
-    /// Parquet, MDS and LitData: the column of the labels ("" for none).
-    #[arg(long, value_name = "NAME")]
-    label_column: Option<String>,
+    #[command(flatten)]
+    source: SourceArgs,
     /// Leave out up to N samples that cannot be read or decoded, each recorded in
     /// pack.json with its error; by default the first stops the pack.
     #[arg(long, value_name = "N")]
@@ -102,9 +95,7 @@ impl Args {
             shard_size,
             resize: Some(px),
             quality: None,
-            manifest: None,
-            image_column: None,
-            label_column: None,
+            source: SourceArgs::default(),
             skip_errors: None,
             options: Vec::new(),
             stop_after_shards: None,
@@ -169,10 +160,12 @@ impl Settings {
             format!("{:?}", self.image_column),
             format!("{:?}", now.image_column),
         );
+        // As read: `""` (recorded by earlier packs) and `none` are the same column.
+        let column = |c: &Option<String>| c.as_deref().map(Column::parse);
         differ(
             "label column",
-            format!("{:?}", self.label_column),
-            format!("{:?}", now.label_column),
+            format!("{:?}", column(&self.label_column)),
+            format!("{:?}", column(&now.label_column)),
         );
         differ(
             "classes",
@@ -335,11 +328,7 @@ impl Args {
     /// How the source is opened: its manifest and columns, as given.
     fn reading(&self) -> Result<LoaderOptions> {
         let mut reading = LoaderOptions::default();
-        reading.source.manifest.clone_from(&self.manifest);
-        reading.source.image_column.clone_from(&self.image_column);
-        if let Some(label) = &self.label_column {
-            reading.source.label_column = Column::parse(label)?;
-        }
+        self.source.over(&mut reading.source);
         Ok(reading)
     }
 
@@ -356,9 +345,9 @@ impl Args {
             shard_size: self.shard_size,
             resize: self.resize,
             quality: self.resize.map(|_| self.quality.unwrap_or(90)),
-            manifest: self.manifest.clone(),
-            image_column: self.image_column.clone(),
-            label_column: self.label_column.clone(),
+            manifest: self.source.manifest.clone(),
+            image_column: self.source.image_column.clone(),
+            label_column: self.source.label_column.as_ref().map(Column::show),
             classes: dataset.classes().to_vec(),
         }
     }

@@ -9,11 +9,13 @@ use std::sync::Arc;
 
 use loader_core::storage::layer::{CachePolicy, StorageMetrics};
 use loader_core::{
-    Column, DataLoader, LabelKind, Launch, LoaderOptions, LoaderState, Pipeline, ShardOrder,
-    Source, StopRule, StorageExt, Trace, from_url, store_url,
+    DataLoader, LabelKind, Launch, LoaderOptions, LoaderState, Pipeline, ShardOrder, Source,
+    StopRule, StorageExt, Trace, from_url, store_url,
 };
 
-use crate::options::{LoaderArgs, fetch, option_value, parse_size, parse_store_options};
+use crate::options::{
+    LoaderArgs, SourceArgs, declared, fetch, option_value, parse_size, parse_store_options,
+};
 use crate::progress::open_dataset;
 use crate::{Result, Strategy};
 
@@ -29,9 +31,7 @@ pub struct Args {
     /// Each URL's weight in the mixture, comma-separated (default: equal).
     #[arg(long, value_delimiter = ',', value_name = "W,W,...")]
     weights: Vec<f64>,
-    /// When a mixture's epoch ends: first_exhausted (default), all_exhausted,
-    /// all_exhausted_without_replacement, samples_per_epoch:N or cycle_forever.
-    #[arg(long, value_name = "RULE", value_parser = option_value::<StopRule>)]
+    #[arg(long, value_name = "RULE", value_parser = option_value::<StopRule>, help = declared("mixture.stop"))]
     stop: Option<StopRule>,
     /// This process's rank (default: the launcher's: torchrun, SLURM or MPI; else 0).
     #[arg(long, requires = "world_size")]
@@ -53,27 +53,12 @@ pub struct Args {
     /// that evens out an epoch's last global batch, is left out).
     #[arg(long)]
     print_keys: bool,
-    /// With --shuffle over shards: `local` (shards shuffled, samples within a buffer of
-    /// chunks, few large GETs) or `global` (one permutation, a GET per sample).
-    #[arg(long, value_name = "local|global", value_parser = option_value::<ShardOrder>)]
+    #[arg(long, value_name = "local|global", value_parser = option_value::<ShardOrder>, help = declared("shard_order"))]
     order: Option<ShardOrder>,
-    /// A manifest key under the URL (CSV `key,label` or JSON lines) instead of listing.
-    #[arg(long)]
-    manifest: Option<String>,
-    /// How the manifest's labels are read: `class` (an index or a name), `multi` (several
-    /// classes per sample) or `values` (numbers).
-    #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = option_value::<LabelKind>)]
+    #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = option_value::<LabelKind>, help = declared("source.labels"))]
     labels: Option<LabelKind>,
-    /// Parquet files, MDS shards and LitData chunks: the column of the images (binary,
-    /// Hugging Face's struct of bytes and path, MDS's jpeg/png/bytes, LitData's jpeg/bytes/
-    /// image:..., a tuple's leaf by position "0", "1", ...); default the first of image, img, jpg,
-    /// jpeg, png, webp.
-    #[arg(long, value_name = "NAME")]
-    image_column: Option<String>,
-    /// Parquet files, MDS shards and LitData chunks: the column of the labels (integers, or in Parquet class
-    /// names; "" for none); default label or cls when present.
-    #[arg(long, value_name = "NAME", value_parser = option_value::<Column>)]
-    label_column: Option<Column>,
+    #[command(flatten)]
+    source: SourceArgs,
     /// Store option as key=value (e.g. aws_endpoint=http://127.0.0.1:9000); repeatable.
     #[arg(long = "option", value_name = "KEY=VALUE")]
     options: Vec<String>,
@@ -105,15 +90,11 @@ pub struct Args {
     /// local disk; the ranks of a node share one directory, within one budget.
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<std::path::PathBuf>,
-    /// The disk cache's budget, e.g. 2GB or 512MiB (default 16 GiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = declared("cache.size"))]
     cache_size: Option<u64>,
-    /// The memory cache's budget (with or without --cache-dir); 0 for none.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = declared("cache.memory"))]
     cache_memory: Option<u64>,
-    /// What a full cache keeps: `future` (what the coming epochs read soonest), `lru`, or
-    /// `pin-once` (what came first).
-    #[arg(long, value_name = "POLICY")]
+    #[arg(long, value_name = "POLICY", help = declared("cache.policy"))]
     cache_policy: Option<CachePolicy>,
     /// Print the summary as JSON.
     #[arg(long)]
@@ -153,12 +134,8 @@ impl Args {
         if let Some(stop) = self.stop {
             o.mixture.stop = stop;
         }
-        o.source.manifest.clone_from(&self.manifest);
+        self.source.over(&mut o.source);
         o.source.labels = self.labels.unwrap_or_default();
-        o.source.image_column.clone_from(&self.image_column);
-        if let Some(column) = &self.label_column {
-            o.source.label_column = column.clone();
-        }
         // Ranks: as given, else the launcher's.
         let (rank, world) = match (self.rank, self.world_size) {
             (Some(rank), Some(world)) => (rank, world),

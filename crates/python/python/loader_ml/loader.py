@@ -6,21 +6,20 @@ import atexit
 import functools
 import json
 import os
-import sys
 import warnings
 import weakref
 from typing import Any, Callable, Iterator, Literal, Sequence, Union
 
 import numpy
 
-from . import _native
+from . import _native, arguments
 from . import fields as sample_fields
 from ._native import Dataset
 from .errors import ConfigError
 
-from .batch import Batch, _register_pytree, _torch_or_none
+from .batch import Batch, _register_pytree
 from .options import _CONVERT, _OPTIONS, _option_text, _same
-from .transforms import PythonTail, _is_torchvision, _steps
+from .transforms import PythonTail
 
 __all__ = ["Batch", "DataLoader"]
 
@@ -31,34 +30,6 @@ Transform = Union[
     Sequence[Any],
     Callable[[numpy.ndarray], Any],
 ]
-
-
-def _check_extensions(dataset: Dataset, field: sample_fields.Field) -> None:
-    """Refuse a dataset of one object per sample whose objects are not what its first
-    field names: a PNG read as ``npy`` would fail each sample, or pass as another format."""
-    others = {ext: n for ext, n in dataset.extensions().items() if ext not in field.suffixes}
-    if others:
-        shown = ", ".join(f".{ext or '(none)'}: {n}" for ext, n in sorted(others.items()))
-        raise ConfigError(
-            f"fields={field.name!r}...: the dataset's objects should end in "
-            f".{' or .'.join(field.suffixes)}, but {sum(others.values())} do not ({shown}); "
-            "name their suffixes in the first field (alternatives split by ';')")
-
-
-def _process_group() -> tuple[int, int] | None:
-    """``(rank, world_size)`` of torch.distributed's default process group when one is
-    initialised (``mp.spawn`` + ``init_process_group`` sets no environment variables)."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None) if torch is not None else None
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    return dist.get_rank(), dist.get_world_size()
-
-
-def _torch_worker() -> Any:
-    """torch's ``get_worker_info()`` when this runs in a torch DataLoader worker."""
-    data = sys.modules.get("torch.utils.data")
-    return data.get_worker_info() if data is not None else None
 
 
 def _rebuild(settings: dict[str, Any], state: dict[str, Any] | None) -> DataLoader:
@@ -332,129 +303,25 @@ class DataLoader:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         given = {k: v for k, v in locals().items() if k in _OPTIONS}
-        if member_columns is not None:
-            raise ConfigError("member_columns: the Python package does not hand a sample's "
-                              "members to Python yet; read them from Rust "
-                              "(SampleInfo::members)")
-        if fields is None and decode is not None:
-            raise ConfigError("decode= says how the members named by fields= are decoded: "
-                              "give fields= too")
-        planned = None
-        if fields is not None:
-            # Planned as for shards first (the dataset is opened with its fields), then
-            # again once the dataset says whether it is one.
-            planned = sample_fields.plan(fields, decode, sharded=True,
-                                   transform=transform is not None)
-        names = None if planned is None else [f.name for f in planned]
-        given_datasets = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
-        if not given_datasets:
-            raise ConfigError("give a dataset, or a list of datasets to mix")
-        if weights is not None and len(weights) != len(given_datasets):
-            raise ConfigError(f"{len(weights)} weights for {len(given_datasets)} datasets: "
-                              "give one weight per dataset")
-        datasets = []
-        for one in given_datasets:
-            if isinstance(one, (str, os.PathLike)):
-                one = Dataset(os.fspath(one), manifest=manifest, labels=labels,
-                              classes=None if classes is None else list(classes),
-                              storage_options=storage_options, fields=names,
-                              image_column=image_column, label_column=label_column,
-                              member_columns=None if member_columns is None
-                              else list(member_columns), format=format,
-                              # Listings and index reads behind the samples' own bounds.
-                              options={_OPTIONS[k]: _option_text(v) for k, v in (
-                                  ("request_timeout", request_timeout),
-                                  ("max_retries", max_retries)) if v is not None})
-            elif any(v is not None for v in (manifest, storage_options, labels, classes,
-                                             image_column, label_column, member_columns,
-                                             format)):
-                raise ConfigError("manifest, labels, classes, storage_options, image_column, "
-                                  "label_column, member_columns and format belong to the "
-                                  "Dataset given: open it "
-                                  "with them, or give the URL")
-            elif one.num_shards and one.fields != names:
-                raise ConfigError(
-                    f"fields={names!r}, but the Dataset given was opened with fields="
-                    f"{one.fields!r}: open it with the same fields, or give the URL")
-            datasets.append(one)
-        sharded = {bool(d.num_shards) for d in datasets}
-        if planned is not None and len(sharded) > 1:
-            raise ConfigError("fields= names the members of WebDataset samples and the parts "
-                              "of one-object samples differently: mix datasets of one kind")
-        if planned is not None and not datasets[0].num_shards:
-            planned = sample_fields.plan(fields or (), decode, sharded=False,
-                                         transform=transform is not None)
-            for one in datasets:
-                _check_extensions(one, planned[0])
-        for one in datasets:
-            if not one.labelled and (planned is None or any(f.label for f in planned)):
-                raise ConfigError(
-                    f"{one.backend}: the dataset gives no labels (its manifest has no label "
-                    "column, or no label column was found among its Parquet columns or MDS "
-                    "or LitData leaves), so batches of (images, labels) or a label field "
-                    "would hold -1 for every sample; name the labels' column "
-                    "(label_column='class'; a LitData tuple's leaves are '0', '1', ...), "
-                    "or the object alone, e.g. fields='jpg' or fields='npy'")
+        planned = arguments.plan_fields(fields, decode, transform, member_columns)
+        datasets = arguments.open_datasets(
+            dataset, weights, planned,
+            source={k: self._settings[k] for k in arguments.SOURCE_KEYWORDS},
+            # Listings and index reads behind the samples' own bounds.
+            reads={"request_timeout": request_timeout, "max_retries": max_retries})
+        planned = arguments.replan_fields(planned, datasets, fields, decode, transform)
         #: The dataset read (the list of them, for a mixture).
         self.dataset = datasets[0] if len(datasets) == 1 else datasets
         #: The datasets read, in the order ``batch.sources`` numbers them.
         self.datasets = datasets
         self._field_plan = planned
-        name = steps = function = None
-        if isinstance(transform, str):
-            name = transform
-        elif callable(transform) and not _is_torchvision(transform):
-            function = transform
-        elif transform is not None:
-            steps, function = _steps(transform)
+        name, steps, function = arguments.transform_parts(transform)
         #: The steps that run in Python after the native ones (None: all native).
         self.python_tail = function if isinstance(function, PythonTail) else None
-        worker = _torch_worker()
-        if worker is not None and worker.num_workers > 1:
-            # Each worker reads its rank's share: unless the share is split by worker too
-            # (a world of workers x ranks), every sample would come once per worker.
-            group = _process_group()
-            ranks = group[1] if group is not None else _native.launch()[1]
-            if world_size is None or world_size < worker.num_workers * ranks:
-                raise ConfigError(
-                    f"made inside worker {worker.id} of {worker.num_workers} of a torch "
-                    "DataLoader: each worker would read the same share, delivering every "
-                    "sample once per worker. Iterate this loader directly (it fetches and "
-                    "decodes on threads of its own), use num_workers=0, or give rank= and "
-                    "world_size= that split by worker too (world_size = num_workers x "
-                    "ranks)")
-        # Ranks: as given, else torch.distributed's process group, else the launcher's
-        # variables, which the native side reads.
-        self._ranks_from = "given"
-        if rank is None and world_size is None:
-            group = _process_group()
-            if group is not None:
-                rank, world_size = group
-                self._ranks_from = "process group"
-            else:
-                self._ranks_from = "environment"
-        if output == "auto":
-            self._torch = _torch_or_none()
-        elif output == "torch":
-            import torch
-
-            self._torch = torch
-        elif output == "numpy":
-            self._torch = None
-        else:
-            raise ConfigError(f"output {output!r}: auto, torch or numpy")
+        rank, world_size, self._ranks_from = arguments.ranks(rank, world_size)
+        self._torch = arguments.output_module(output)
         self.pin_memory = bool(pin_memory)
-        self._pin = False
-        if self.pin_memory:
-            if self._torch is None:
-                raise ConfigError("pin_memory=True needs torch tensors: give output='torch' "
-                                  "(or 'auto' with torch installed)")
-            if self._torch.cuda.is_available():
-                self._pin = True
-            else:
-                warnings.warn("pin_memory=True but CUDA is not available: batches stay in "
-                              "pageable memory (as torch's DataLoader does without an "
-                              "accelerator)", UserWarning, stacklevel=2)
+        self._pin = self.pin_memory and self._pinnable()
         if self._ranks_from != "environment":
             given["rank"], given["world_size"] = rank, world_size
         # The source's options opened the datasets above; the loader takes the rest.
@@ -482,6 +349,19 @@ class DataLoader:
         self.prefetch_factor = prefetch_factor if prefetch_factor is not None else 2
         self._pass = 0
         _LIVE.add(self)
+
+    def _pinnable(self) -> bool:
+        """Whether ``pin_memory=True`` can pin: it needs torch tensors, and warns (as
+        torch's DataLoader does) without an accelerator to pin for."""
+        if self._torch is None:
+            raise ConfigError("pin_memory=True needs torch tensors: give output='torch' "
+                              "(or 'auto' with torch installed)")
+        if self._torch.cuda.is_available():
+            return True
+        warnings.warn("pin_memory=True but CUDA is not available: batches stay in "
+                      "pageable memory (as torch's DataLoader does without an "
+                      "accelerator)", UserWarning, stacklevel=3)
+        return False
 
     def _array(self, buffer: _native.HostBuffer) -> Any:
         owner = buffer.owner
@@ -566,7 +446,7 @@ class DataLoader:
         if the process group now says otherwise, refuse rather than read another share."""
         if self._ranks_from == "given":
             return
-        group = _process_group()
+        group = arguments.process_group()
         here = (self._native.rank, self._native.world_size)
         if group is not None and group != here:
             raise ConfigError(
