@@ -6,16 +6,12 @@
 
 use std::collections::HashSet;
 
-use loader_core::{DataLoader, Dataset, LoaderState, Pipeline, from_url};
+use loader_core::{DataLoader, LoaderState, Pipeline};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     loader_testkit::DatasetSpec::tiny(50, 5).write(dir.path())?;
-    let store = from_url(
-        &dir.path().to_string_lossy(),
-        Vec::<(String, String)>::new(),
-    )?;
-    let dataset = Dataset::image_folder_blocking(&*store)?;
+    let (store, dataset) = loader_core::open(&dir.path().to_string_lossy())?;
     // In a real job, rank and world size come from RANK and WORLD_SIZE (torchrun).
     let rank = |rank: usize, world: usize, batch: usize| {
         DataLoader::builder(store.clone(), dataset.clone())

@@ -2,16 +2,12 @@
 //!
 //! `cargo run --release -p loader-examples --example resume`
 
-use loader_core::{DataLoader, Dataset, LoaderState, Pipeline, from_url};
+use loader_core::{DataLoader, LoaderState, Pipeline};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     loader_testkit::DatasetSpec::tiny(40, 4).write(dir.path())?;
-    let store = from_url(
-        &dir.path().to_string_lossy(),
-        Vec::<(String, String)>::new(),
-    )?;
-    let dataset = Dataset::image_folder_blocking(&*store)?;
+    let (store, dataset) = loader_core::open(&dir.path().to_string_lossy())?;
     let make = || {
         DataLoader::builder(store.clone(), dataset.clone())
             .batch_size(8)

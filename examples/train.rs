@@ -3,17 +3,13 @@
 //!
 //! `cargo run --release -p loader-examples --example train`
 
-use loader_core::{DataLoader, Dataset, Pipeline, from_url};
+use loader_core::{DataLoader, Pipeline};
 use ndarray::{Array2, Axis};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     loader_testkit::DatasetSpec::tiny(48, 3).write(dir.path())?;
-    let store = from_url(
-        &dir.path().to_string_lossy(),
-        Vec::<(String, String)>::new(),
-    )?;
-    let dataset = Dataset::image_folder_blocking(&*store)?;
+    let (store, dataset) = loader_core::open(&dir.path().to_string_lossy())?;
     let classes = dataset.classes().len();
     let transform = Pipeline::builder()
         .resize(16)

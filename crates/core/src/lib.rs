@@ -91,7 +91,7 @@ pub use source::{
     CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, ManifestSyntax, Member, PACK_FILE,
     ShardLayout, Source, SourceContext, SourceError, WriteError,
 };
-pub use source::{litdata, mds, parquet, store_url, webdataset};
+pub use source::{litdata, mds, open, open_with, parquet, store_url, webdataset};
 pub use stage::{Collate, sample_bytes};
 pub use state::{
     Arrangement, CustomStamp, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp, SourceStamp,

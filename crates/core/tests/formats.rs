@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use loader_core::source::{self, Fit, Format, Probe};
+use loader_core::source::{self, About, Fit, Format, Probe};
 use loader_core::storage::{GetOptions, GetResult, ObjectMeta, Result as StorageResult};
 use loader_core::{
     DataLoader, Dataset, DynStorage, Item, LoaderOptions, RawBatch, SampleInfo, SourceContext,
@@ -29,8 +29,8 @@ const TOY: &str = "samples.toy";
 
 #[async_trait(?Send)]
 impl Format for Toy {
-    fn name(&self) -> &'static str {
-        "toy"
+    fn about(&self) -> About {
+        About::new("toy", "a toy dataset")
     }
 
     fn names(&self, name: &str) -> bool {

@@ -30,11 +30,39 @@ pub enum Fit {
     Named,
 }
 
+/// Who a [`Format`] is: declared once, read by the registry, `source.format` and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct About {
+    /// Its name, as `source.format` chooses it and errors name it (lowercase, one word).
+    pub name: &'static str,
+    /// How it is called in a sentence: "WebDataset shards", "an ImageFolder".
+    pub described: &'static str,
+    /// The `source.*` settings it reads, beyond `source.format`: any other one set is
+    /// refused when a dataset of this format is opened.
+    pub settings: &'static [&'static str],
+}
+
+impl About {
+    /// A format called `name`, `described` so in a sentence, reading no setting.
+    pub const fn new(name: &'static str, described: &'static str) -> Self {
+        Self {
+            name,
+            described,
+            settings: &[],
+        }
+    }
+
+    /// The same, reading `settings` (`source.` left out: `image_column`).
+    pub const fn reads(self, settings: &'static [&'static str]) -> Self {
+        Self { settings, ..self }
+    }
+}
+
 /// A dataset format: ImageFolder, a manifest, WebDataset shards, Parquet files, MDS shards,
 /// LitData chunks, or one of a caller's own, added with [`register`](super::register).
 ///
 /// ```
-/// use loader_core::source::{Fit, Format, Probe};
+/// use loader_core::source::{About, Fit, Format, Probe};
 /// use loader_core::{Dataset, Item};
 ///
 /// /// Every object under the URL is a sample, when a `samples.txt` marks the folder.
@@ -43,8 +71,8 @@ pub enum Fit {
 ///
 /// #[async_trait::async_trait(?Send)]
 /// impl Format for Marked {
-///     fn name(&self) -> &'static str {
-///         "marked"
+///     fn about(&self) -> About {
+///         About::new("marked", "a marked folder")
 ///     }
 ///     async fn detect(&self, probe: &Probe<'_>) -> loader_core::source::Result<Option<Fit>> {
 ///         let listed = probe.listed().await?;
@@ -65,19 +93,8 @@ pub enum Fit {
 // ([`Dataset::open_blocking`]) or is awaited in place.
 #[async_trait(?Send)]
 pub trait Format: Send + Sync + std::fmt::Debug + 'static {
-    /// Its name, as `source.format` chooses it and errors name it (lowercase, one word).
-    fn name(&self) -> &'static str;
-
-    /// How it is called in a sentence: "WebDataset shards", "an ImageFolder".
-    fn described(&self) -> &'static str {
-        self.name()
-    }
-
-    /// The `source.*` settings it reads, beyond `source.format`: any other one set is
-    /// refused when a dataset of this format is opened.
-    fn settings(&self) -> &'static [&'static str] {
-        &[]
-    }
+    /// Who it is: its name, how a sentence calls it, the settings it reads.
+    fn about(&self) -> About;
 
     /// Whether the settings alone choose it (a manifest's key): then nothing is probed.
     fn chosen_by(&self, _options: &SourceOptions) -> bool {

@@ -35,11 +35,12 @@ pub mod webdataset;
 
 pub use error::{Result, SourceError, WriteError};
 pub use extensions::IMAGE_EXTENSIONS;
-pub use format::{Fit, Format, Probe, Progress, SourceContext};
+pub use format::{About, Fit, Format, Probe, Progress, SourceContext};
 pub use image_folder::ImageFolder;
 pub use index::{CLASSES_FILE, Dataset, Item, Member, PACK_FILE, ShardLayout};
 pub use manifest::{LabelKind, Manifest, ManifestSyntax};
 pub use mixture::Source;
 pub(crate) use mixture::combine;
-pub use open::store_url;
+pub use open::{open, open_with, store_url};
+pub use record_files::{FileKind, IndexedFiles};
 pub use registry::{register, registered};

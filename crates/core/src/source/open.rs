@@ -44,6 +44,39 @@ impl Dataset {
     }
 }
 
+/// The store and the dataset at `url` (any dataset `loader run` reads), opened with the
+/// default options and no store options: what a program that reads one URL starts with.
+///
+/// ```
+/// # fn main() -> loader_core::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// loader_testkit::DatasetSpec::tiny(8, 2).write(dir.path()).unwrap();
+/// let (store, dataset) = loader_core::open(&dir.path().to_string_lossy())?;
+/// assert_eq!((dataset.len(), dataset.classes().len()), (8, 2));
+/// # drop(store);
+/// # Ok(())
+/// # }
+/// ```
+pub fn open(url: &str) -> Result<(loader_storage::DynStorage, Dataset)> {
+    open_with(
+        url,
+        Vec::<(String, String)>::new(),
+        &crate::LoaderOptions::default(),
+    )
+}
+
+/// [`open`] with store options (`aws_region`, `aws_endpoint`, ...) and the loader's options
+/// (its `source.*` settings, and the retries and timeouts of the reads at open).
+pub fn open_with<K: AsRef<str>, V: Into<String>>(
+    url: &str,
+    storage_options: impl IntoIterator<Item = (K, V)>,
+    options: &crate::LoaderOptions,
+) -> Result<(loader_storage::DynStorage, Dataset)> {
+    let store = loader_storage::from_url(&store_url(url)?, storage_options)?;
+    let dataset = Dataset::open_blocking(url, &SourceContext::new(store.clone(), options))?;
+    Ok((store, dataset))
+}
+
 /// The format `source.format` names, or the settings choose, or else that fits best.
 async fn choose(probe: &Probe<'_>, formats: &[Arc<dyn Format>]) -> Result<Arc<dyn Format>> {
     let options = probe.options();
@@ -51,7 +84,7 @@ async fn choose(probe: &Probe<'_>, formats: &[Arc<dyn Format>]) -> Result<Arc<dy
         let name = name.trim().to_ascii_lowercase();
         return formats
             .iter()
-            .find(|f| f.name().eq_ignore_ascii_case(&name))
+            .find(|f| f.about().name.eq_ignore_ascii_case(&name))
             .cloned()
             .ok_or_else(|| SourceError::UnknownFormat {
                 name,
@@ -92,7 +125,7 @@ async fn choose(probe: &Probe<'_>, formats: &[Arc<dyn Format>]) -> Result<Arc<dy
         many => Err(layout(format!(
             "it could be {}",
             many.iter()
-                .map(|f| format!("{} ({})", f.described(), f.name()))
+                .map(|f| format!("{} ({})", f.about().described, f.about().name))
                 .collect::<Vec<_>>()
                 .join(" or ")
         ))),
@@ -108,13 +141,13 @@ fn check_settings(
 ) -> Result<()> {
     for key in probe.options().chosen() {
         let setting = key.trim_start_matches("source.");
-        if setting == "format" || format.settings().contains(&setting) {
+        if setting == "format" || format.about().settings.contains(&setting) {
             continue;
         }
         let readers: Vec<&str> = formats
             .iter()
-            .filter(|f| f.settings().contains(&setting))
-            .map(|f| f.name())
+            .filter(|f| f.about().settings.contains(&setting))
+            .map(|f| f.about().name)
             .collect();
         return Err(SourceError::Unread {
             key,
@@ -124,7 +157,7 @@ fn check_settings(
                 readers.join(", ")
             },
             url: loader_storage::redact(probe.url()),
-            format: format.described().into(),
+            format: format.about().described.into(),
         });
     }
     Ok(())

@@ -1,19 +1,135 @@
-//! Datasets whose files hold their samples stored encoded (MDS shards, LitData chunks):
-//! each file, read at open into its samples' spans and slots, becomes items, chunks and an
-//! object of one [`Dataset`].
+//! Datasets an `index.json` describes, whose files hold their samples stored encoded (MDS
+//! shards, LitData chunks): [`IndexedFiles`] is the reader both are (its settings, `load`,
+//! its [`Format`]), each told apart by its [`FileKind`]; each file, read at open into its
+//! samples' spans and slots, becomes items, chunks and an object of one [`Dataset`].
 
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use loader_scheduler::{Label, RecordOf, Records};
 use loader_storage::{DynStorage, ObjectMeta, Storage};
 
+use super::blocking::block_on_own_thread;
+use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
 use super::extensions::{INDEX, is_index};
-use super::format::{Fit, Probe};
+use super::format::{About, Fit, Format, Probe};
 use super::index::{Dataset, Item, ShardLayout};
+
+/// How a dataset an `index.json` describes becomes a [`Dataset`]: which columns (MDS) or
+/// leaves (LitData) hold the images and labels, and the runs raw files are read in.
+/// [`Mds`](super::mds::Mds) and [`LitData`](super::litdata::LitData) are its two kinds.
+#[derive(Debug)]
+pub struct IndexedFiles<K> {
+    pub(crate) columns: ColumnNames,
+    pub(crate) chunk_bytes: u64,
+    kind: PhantomData<fn() -> K>,
+}
+
+/// What tells one kind of indexed files from another: how it is named and recognised, and
+/// how its index becomes a dataset.
+#[async_trait(?Send)]
+pub trait FileKind: std::fmt::Debug + Send + Sync + 'static {
+    /// The format's name, description and settings.
+    const ABOUT: About;
+    /// How errors name it: "MDS", "LitData".
+    const NAMED: &'static str;
+
+    /// Whether the bytes of an `index.json` describe files of this kind.
+    fn is_kind(text: &[u8]) -> bool;
+
+    /// The dataset of `index`, whose bytes are `text`, read with `files`' settings.
+    async fn load_index(
+        files: &IndexedFiles<Self>,
+        store: &DynStorage,
+        index: &str,
+        text: &[u8],
+    ) -> Result<Dataset>
+    where
+        Self: Sized;
+}
+
+// By hand: a derive would ask the kind, a marker, to be `Clone` too.
+impl<K> Clone for IndexedFiles<K> {
+    fn clone(&self) -> Self {
+        Self {
+            columns: self.columns.clone(),
+            chunk_bytes: self.chunk_bytes,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> Default for IndexedFiles<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K> IndexedFiles<K> {
+    /// Images from the first column (or leaf) named `image`, `img`, `jpg`, `jpeg`, `png` or
+    /// `webp` (or LitData's one leaf of image bytes), labels from `label`, `cls` or `class`
+    /// when present; raw files read in runs of 4 MiB in shard-local order.
+    pub fn new() -> Self {
+        Self {
+            columns: ColumnNames::default(),
+            chunk_bytes: super::webdataset::DEFAULT_CHUNK_BYTES,
+            kind: PhantomData,
+        }
+    }
+
+    /// The column holding the images (MDS: encoded `jpeg`, `png` or `bytes`; LitData: a
+    /// leaf stored `jpeg`, `bytes` or `image:...`, a dict's key or a tuple's position `"0"`).
+    pub fn image_column(mut self, name: impl Into<String>) -> Self {
+        self.columns.image = Some(name.into());
+        self
+    }
+
+    /// The column holding the labels (an integer); `""` for none.
+    pub fn label_column(mut self, name: impl Into<String>) -> Self {
+        self.columns.label = Some(name.into());
+        self
+    }
+}
+
+impl<K: FileKind> IndexedFiles<K> {
+    /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
+    pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
+        let text = get_whole(store, index).await?;
+        K::load_index(self, store, index, &text).await
+    }
+
+    /// [`IndexedFiles::load`] for synchronous callers.
+    pub fn load_blocking(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
+        block_on_own_thread(|| self.load(store, index))
+    }
+}
+
+#[async_trait(?Send)]
+impl<K: FileKind> Format for IndexedFiles<K> {
+    fn about(&self) -> About {
+        K::ABOUT
+    }
+
+    fn names(&self, name: &str) -> bool {
+        is_index(name)
+    }
+
+    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
+        index_fit(probe, K::is_kind).await
+    }
+
+    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
+        let (key, text) = index_of(probe, K::NAMED).await?;
+        let mut files = self.clone();
+        files.columns = files.columns.with_options(probe.options());
+        K::load_index(&files, probe.store(), &key, &text).await
+    }
+}
 
 /// Why a file could not be read at open.
 pub(crate) enum FileError {

@@ -32,7 +32,10 @@ fn formats() -> &'static RwLock<Vec<Arc<dyn Format>>> {
 pub fn register(format: impl Format) {
     let format: Arc<dyn Format> = Arc::new(format);
     let mut formats = formats().write().unwrap_or_else(|e| e.into_inner());
-    match formats.iter_mut().find(|f| f.name() == format.name()) {
+    match formats
+        .iter_mut()
+        .find(|f| f.about().name == format.about().name)
+    {
         Some(slot) => *slot = format,
         None => formats.push(format),
     }
@@ -47,7 +50,7 @@ pub fn registered() -> Vec<Arc<dyn Format>> {
 pub(crate) fn names(formats: &[Arc<dyn Format>]) -> String {
     formats
         .iter()
-        .map(|f| f.name())
+        .map(|f| f.about().name)
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -8,7 +8,7 @@ use loader_storage::{ObjectMeta, Storage};
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
 use super::extensions::image_extension;
-use super::format::{Fit, Format, Probe};
+use super::format::{About, Fit, Format, Probe};
 use super::index::Dataset;
 use super::index::Item;
 
@@ -19,18 +19,10 @@ pub struct ImageFolder;
 
 #[async_trait(?Send)]
 impl Format for ImageFolder {
-    fn name(&self) -> &'static str {
-        "imagefolder"
-    }
-
-    fn described(&self) -> &'static str {
-        "an ImageFolder"
-    }
-
-    fn settings(&self) -> &'static [&'static str] {
+    fn about(&self) -> About {
         // What each file is to the stage (Python's decoders read them): the files
         // themselves are the samples.
-        &["fields"]
+        About::new("imagefolder", "an ImageFolder").reads(&["fields"])
     }
 
     async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {

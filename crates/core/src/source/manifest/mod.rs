@@ -8,7 +8,7 @@ use loader_storage::Storage;
 
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
-use super::format::{Fit, Format, Probe};
+use super::format::{About, Fit, Format, Probe};
 use crate::options::SourceOptions;
 use loader_scheduler::{ClassSet, Label};
 
@@ -25,18 +25,11 @@ pub struct Manifest;
 
 #[async_trait(?Send)]
 impl Format for Manifest {
-    fn name(&self) -> &'static str {
-        "manifest"
-    }
-
-    fn described(&self) -> &'static str {
-        "read through a manifest"
-    }
-
-    fn settings(&self) -> &'static [&'static str] {
+    fn about(&self) -> About {
         // `fields` say what each object is to the stage (Python's decoders read them), as
         // for an ImageFolder.
-        &["manifest", "labels", "classes", "fields"]
+        About::new("manifest", "read through a manifest")
+            .reads(&["manifest", "labels", "classes", "fields"])
     }
 
     fn chosen_by(&self, options: &SourceOptions) -> bool {

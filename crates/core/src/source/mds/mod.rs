@@ -12,13 +12,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use loader_storage::{DynStorage, Storage};
 
-use super::blocking::block_on_own_thread;
-use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
-use super::format::{Fit, Format, Probe};
+use super::format::About;
 use super::index::Dataset;
 use super::litdata::is_litdata_index;
-use super::record_files::{RecordFile, dataset_of, get_whole, index_fit, index_of, open_files};
+use super::record_files::{FileKind, IndexedFiles, RecordFile, dataset_of, open_files};
 use layout::{Compression, Shard};
 
 /// The file that describes an MDS dataset, and whether a key or URL names one.
@@ -26,51 +24,23 @@ pub use super::extensions::{INDEX, is_index as is_mds_index};
 pub use write::{MdsColumn, MdsWriter, SIZE_LIMIT};
 
 /// How MDS shards become a [`Dataset`]: which columns hold the images and labels.
-#[derive(Debug, Clone)]
-pub struct Mds {
-    columns: ColumnNames,
-    chunk_bytes: u64,
-}
+pub type Mds = IndexedFiles<MdsShards>;
 
-impl Default for Mds {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// MDS shards as a [`FileKind`]: an `index.json` that is not LitData's.
+#[derive(Debug, Clone, Copy)]
+pub struct MdsShards;
 
-impl Mds {
-    /// Images from the first column named `image`, `img`, `jpg`, `jpeg`, `png` or `webp`,
-    /// labels from `label` or `cls` when present; raw shards read in chunks of 4 MiB in
-    /// shard-local order.
-    pub fn new() -> Self {
-        Self {
-            columns: ColumnNames::default(),
-            chunk_bytes: super::webdataset::DEFAULT_CHUNK_BYTES,
-        }
+#[async_trait(?Send)]
+impl FileKind for MdsShards {
+    const ABOUT: About = About::new("mds", "MDS shards").reads(&["image_column", "label_column"]);
+    const NAMED: &'static str = "MDS";
+
+    fn is_kind(text: &[u8]) -> bool {
+        !is_litdata_index(text)
     }
 
-    /// The column holding the images (encoded `jpeg`, `png` or `bytes`).
-    pub fn image_column(mut self, name: impl Into<String>) -> Self {
-        self.columns.image = Some(name.into());
-        self
-    }
-
-    /// The column holding the labels (an integer encoding); `""` for none.
-    pub fn label_column(mut self, name: impl Into<String>) -> Self {
-        self.columns.label = Some(name.into());
-        self
-    }
-
-    /// The dataset `index` (a key of `store`, `index.json` or `split/index.json`) describes.
-    pub async fn load(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
-        let text = get_whole(store, index).await?;
-        self.load_index(store, index, &text).await
-    }
-
-    /// The dataset of `index`, whose bytes are `text`: for a caller that read it already
-    /// to learn which format it is.
-    pub(crate) async fn load_index(
-        &self,
+    async fn load_index(
+        mds: &Mds,
         store: &DynStorage,
         index: &str,
         text: &[u8],
@@ -87,8 +57,8 @@ impl Mds {
             .map(|s| {
                 layout::choose(
                     s,
-                    self.columns.image.as_deref(),
-                    self.columns.label.as_deref(),
+                    mds.columns.image.as_deref(),
+                    mds.columns.label.as_deref(),
                 )
             })
             .transpose()
@@ -145,41 +115,6 @@ impl Mds {
             },
         )
         .await?;
-        dataset_of(files, self.chunk_bytes, "sample", labelled)
-    }
-
-    /// [`Mds::load`] for synchronous callers.
-    pub fn load_blocking(&self, store: &DynStorage, index: &str) -> Result<Dataset> {
-        block_on_own_thread(|| self.load(store, index))
-    }
-}
-
-#[async_trait(?Send)]
-impl Format for Mds {
-    fn name(&self) -> &'static str {
-        "mds"
-    }
-
-    fn described(&self) -> &'static str {
-        "MDS shards"
-    }
-
-    fn settings(&self) -> &'static [&'static str] {
-        &["image_column", "label_column"]
-    }
-
-    fn names(&self, name: &str) -> bool {
-        is_mds_index(name)
-    }
-
-    async fn detect(&self, probe: &Probe<'_>) -> Result<Option<Fit>> {
-        index_fit(probe, |text| !is_litdata_index(text)).await
-    }
-
-    async fn open(&self, probe: &Probe<'_>) -> Result<Dataset> {
-        let (key, text) = index_of(probe, "MDS").await?;
-        let mut shards = self.clone();
-        shards.columns = shards.columns.with_options(probe.options());
-        shards.load_index(probe.store(), &key, &text).await
+        dataset_of(files, mds.chunk_bytes, "sample", labelled)
     }
 }

@@ -32,7 +32,7 @@ use parquet::file::metadata::ParquetMetaData;
 use super::blocking::block_on_own_thread;
 use super::columns::ColumnNames;
 use super::error::{Result, SourceError};
-use super::format::{Fit, Format, Probe};
+use super::format::{About, Fit, Format, Probe};
 use super::index::{Dataset, Item, ShardLayout};
 use columns::{Columns, LabelValues, Value};
 use footer::FooterError;
@@ -727,16 +727,12 @@ where
 
 #[async_trait(?Send)]
 impl Format for Parquet {
-    fn name(&self) -> &'static str {
-        "parquet"
-    }
-
-    fn described(&self) -> &'static str {
-        "Parquet files"
-    }
-
-    fn settings(&self) -> &'static [&'static str] {
-        &["image_column", "label_column", "member_columns"]
+    fn about(&self) -> About {
+        About::new("parquet", "Parquet files").reads(&[
+            "image_column",
+            "label_column",
+            "member_columns",
+        ])
     }
 
     fn names(&self, name: &str) -> bool {

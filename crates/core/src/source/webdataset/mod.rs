@@ -45,7 +45,7 @@ pub use write::ShardWriter;
 use super::blocking::block_on_own_thread;
 use super::error::{Result, SourceError};
 use super::extensions::{compressed_tar, is_parquet, is_tar};
-use super::format::{Fit, Format, Probe};
+use super::format::{About, Fit, Format, Probe};
 use super::index::{CLASSES_FILE, Dataset};
 pub use crate::source::format::Progress;
 use loader_scheduler::Label;
@@ -707,16 +707,8 @@ pub fn shards_of(listed: &[ObjectMeta]) -> Vec<ObjectMeta> {
 
 #[async_trait(?Send)]
 impl Format for WebDataset {
-    fn name(&self) -> &'static str {
-        "webdataset"
-    }
-
-    fn described(&self) -> &'static str {
-        "WebDataset shards"
-    }
-
-    fn settings(&self) -> &'static [&'static str] {
-        &["fields"]
+    fn about(&self) -> About {
+        About::new("webdataset", "WebDataset shards").reads(&["fields"])
     }
 
     fn names(&self, name: &str) -> bool {
