@@ -2,13 +2,13 @@
 
 //! The `loader` binary, run as a user would.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn loader() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_loader"))
-}
+use common::{loader, ok, tiny_folder};
 
 #[test]
 fn argument_errors_give_a_message_and_a_failing_exit() {
@@ -41,7 +41,7 @@ fn argument_errors_give_a_message_and_a_failing_exit() {
 fn bench_runs_a_tiny_matrix_end_to_end() {
     let data = tempfile::tempdir().unwrap();
     let out_dir = tempfile::tempdir().unwrap();
-    let out = loader()
+    let out = ok(loader()
         .args([
             "bench",
             "--tiny",
@@ -66,14 +66,7 @@ fn bench_runs_a_tiny_matrix_end_to_end() {
         .arg("--data")
         .arg(data.path())
         .arg("--out")
-        .arg(out_dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(out_dir.path()));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cells = json["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 6, "local + 2 RTTs, 2 strategies each");
@@ -228,30 +221,13 @@ fn serve_s3_answers_a_signed_get() {
 #[test]
 fn run_iterates_a_dataset_and_writes_a_chrome_trace() {
     let data = tempfile::tempdir().unwrap();
-    let generated = loader()
-        .arg("gen")
-        .arg(data.path())
-        .args(["--images", "20", "--classes", "2", "--tiny"])
-        .output()
-        .unwrap();
-    assert!(
-        generated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&generated.stderr)
-    );
+    tiny_folder(data.path(), 20, 2);
     let trace = data.path().join("trace.json");
-    let out = loader()
+    let out = ok(loader()
         .arg("run")
         .arg(data.path().to_str().unwrap())
         .args(["--batch-size", "5", "--epochs", "2", "--json", "--trace"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&trace));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["images"], 40);
     assert!(

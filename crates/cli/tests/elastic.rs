@@ -5,37 +5,23 @@
 //! sizes resume from rank 0's state; what the five processes printed with `--print-keys` is
 //! exactly what one uninterrupted process reads in the epoch, each sample once.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn loader() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_loader"))
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use common::{loader, ok, succeeded};
 
 fn generate(dir: &Path, images: &str, seed: &str) {
-    ok(loader()
-        .arg("gen")
-        .arg(dir)
-        .args([
-            "--images",
-            images,
-            "--classes",
-            "2",
-            "--tiny",
-            "--data-seed",
-            seed,
-        ])
-        .output()
-        .unwrap());
+    ok(loader().arg("gen").arg(dir).args([
+        "--images",
+        images,
+        "--classes",
+        "2",
+        "--tiny",
+        "--data-seed",
+        seed,
+    ]));
 }
 
 /// `loader run` of the mixture with `extra` arguments, started (not waited for).
@@ -78,9 +64,11 @@ fn three_ranks_stop_two_resume_and_together_read_one_epoch_exactly() {
     generate(&a, "30", "0");
     generate(&b, "14", "1");
 
-    let whole = ok(run(&a, &b, &args(&["--batch-size", "5", "--epochs", "1"]))
-        .wait_with_output()
-        .unwrap());
+    let whole = succeeded(
+        run(&a, &b, &args(&["--batch-size", "5", "--epochs", "1"]))
+            .wait_with_output()
+            .unwrap(),
+    );
     let mut expected = lines(&whole);
     assert!(expected.len() > 30, "{expected:?}");
     assert!(expected.iter().all(|l| l.starts_with("0\t")));
@@ -107,7 +95,7 @@ fn three_ranks_stop_two_resume_and_together_read_one_epoch_exactly() {
         .collect();
     let mut got: Vec<String> = Vec::new();
     for child in first {
-        got.extend(lines(&ok(child.wait_with_output().unwrap())));
+        got.extend(lines(&succeeded(child.wait_with_output().unwrap())));
     }
     assert_eq!(got.len(), 18);
     let states: Vec<String> = (0..3)
@@ -138,7 +126,7 @@ fn three_ranks_stop_two_resume_and_together_read_one_epoch_exactly() {
         })
         .collect();
     for child in second {
-        got.extend(lines(&ok(child.wait_with_output().unwrap())));
+        got.extend(lines(&succeeded(child.wait_with_output().unwrap())));
     }
     got.sort();
     expected.sort();
@@ -186,9 +174,7 @@ fn three_ranks_stop_two_resume_and_together_read_one_epoch_exactly() {
             "3",
         ])
         .args(["--set", "mixture.new_segment=true", "--resume"])
-        .arg(dir.path().join("state-0.json"))
-        .output()
-        .unwrap());
+        .arg(dir.path().join("state-0.json")));
 }
 
 fn a_path(dir: &Path) -> std::path::PathBuf {

@@ -4,27 +4,17 @@
 //! cache directory: each reports its own counters and the node's totals (`node_cache` in
 //! `--json`), and the rank that ends last counts both.
 
-use std::process::{Command, Stdio};
+mod common;
 
-fn loader() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_loader"))
-}
+use std::process::Stdio;
+
+use common::{loader, tiny_folder};
 
 #[test]
 fn two_ranks_of_a_node_share_a_cache_directory_and_report_the_nodes_totals() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let out = loader()
-        .arg("gen")
-        .arg(&data)
-        .args(["--images", "48", "--classes", "2", "--tiny"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tiny_folder(&data, 48, 2);
     let cache = dir.path().join("cache");
     let ranks: Vec<_> = (0..2)
         .map(|rank| {

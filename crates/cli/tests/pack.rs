@@ -6,6 +6,8 @@
 //! images kept as they are, LitData chunks packed with their labels, and a pack into the
 //! test kit's S3 server (s3s-fs) in parts, stopped, resumed and read back over S3.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -13,9 +15,7 @@ use std::process::Command;
 use loader_core::decoder::{DecodeOptions, Pipeline, SampleData, SampleKey, decode};
 use loader_core::{Dataset, DynStorage, LoaderOptions, SourceContext, Storage, from_url};
 
-fn loader() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_loader"))
-}
+use common::{loader, ok};
 
 fn run(args: &[&str]) -> std::process::Output {
     let out = loader().args(args).output().unwrap();
@@ -231,21 +231,13 @@ fn a_pack_stopped_and_run_again_writes_what_an_uninterrupted_pack_writes() {
     assert!(!out.status.success());
     // The source written another way is the same source.
     let respelled = format!("{}/./", src.display());
-    let out = loader()
-        .args([
-            "pack",
-            &respelled,
-            &resumed.to_string_lossy(),
-            "--shard-size",
-            "8KiB",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ok(loader().args([
+        "pack",
+        &respelled,
+        &resumed.to_string_lossy(),
+        "--shard-size",
+        "8KiB",
+    ]));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("going on with the pack"),
         "{}",
