@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..3 {
         for loader in &mut two {
             if let Some(batch) = loader.next() {
-                seen.extend(batch?.indices);
+                seen.extend(batch?.info.indices);
             }
         }
     }
@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         loader.resume(states[0].clone())?;
         let before = seen.len();
         for batch in &mut loader {
-            seen.extend(batch?.indices);
+            seen.extend(batch?.info.indices);
         }
         println!("rank {r} of 3 resumed and read {}", seen.len() - before);
     }

@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let batch = batch?.into_tensors();
         let base = std::path::Path::new(out).join(format!("batch-{i:04}"));
         std::fs::write(base.with_extension("bin"), batch.images.as_bytes())?;
-        let keys: Vec<&str> = batch.keys.iter().map(|k| &**k).collect();
+        let keys: Vec<&str> = batch.info.keys.iter().map(|k| &**k).collect();
         let meta = serde_json::json!({
             "shape": batch.images.shape(),
             "dtype": batch.images.dtype().name(),

@@ -35,8 +35,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "{:?} from {} .. {}",
             batch.shape,
-            batch.keys[0],
-            batch.keys[batch.len() - 1]
+            batch.info.keys[0],
+            batch.info.keys[batch.len() - 1]
         );
     }
     Ok(())

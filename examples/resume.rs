@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut loader = make()?;
     let mut seen: Vec<u64> = Vec::new();
     for batch in (&mut loader).take(2) {
-        seen.extend(batch?.indices);
+        seen.extend(batch?.info.indices);
     }
     // The checkpoint: a few bytes of JSON next to the model's weights.
     let checkpoint = serde_json::to_string(&loader.state()?)?;
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut loader = make()?;
     loader.resume(serde_json::from_str::<LoaderState>(&checkpoint)?)?;
     for batch in &mut loader {
-        seen.extend(batch?.indices);
+        seen.extend(batch?.info.indices);
     }
     let mut sorted = seen.clone();
     sorted.sort_unstable();

@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     for batch in &mut loader {
         let batch = batch?;
-        println!("{:?}, first key {}", batch.shape, batch.keys[0]);
+        println!("{:?}, first key {}", batch.shape, batch.info.keys[0]);
     }
     println!("S3 requests: {}", requests.snapshot());
     if let Some(metrics) = loader.metrics() {

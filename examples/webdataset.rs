@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!(
                     "epoch {epoch}: first batch {:?}, keys {:?}...",
                     batch.shape,
-                    &batch.keys[..3]
+                    &batch.info.keys[..3]
                 );
             }
         }

@@ -1,10 +1,8 @@
 //! A loader batch made into burn tensors on a device.
 
-use std::sync::Arc;
-
 use burn_core::data::dataset::DatasetError;
 use burn_tensor::{AllocationProperty, Bytes, DType, Device, Int, Tensor, TensorData};
-use loader_core::{Batch, HostTensor, ItemError};
+use loader_core::{Batch, BatchInfo, HostTensor};
 
 use crate::error::Error;
 
@@ -33,14 +31,8 @@ pub struct ImageBatch {
     pub images: Tensor<4>,
     /// `[N]` class indices.
     pub targets: Tensor<1, Int>,
-    /// Each sample's dataset index.
-    pub indices: Vec<u64>,
-    /// Each sample's key in the store.
-    pub keys: Vec<Arc<str>>,
-    /// The epoch the batch belongs to.
-    pub epoch: u64,
-    /// Samples skipped under a skipping error policy, with their errors.
-    pub skipped: Vec<ItemError>,
+    /// Where its samples came from, which were skipped, which are padding.
+    pub info: BatchInfo,
 }
 
 /// The default converter: a batch as an [`ImageBatch`].
@@ -53,10 +45,7 @@ impl Convert<ImageBatch> for Images {
         Ok(ImageBatch {
             images: images_tensor(parts.images, device)?,
             targets: targets_tensor(parts.labels, device)?,
-            indices: parts.indices,
-            keys: parts.keys,
-            epoch: parts.epoch,
-            skipped: parts.skipped,
+            info: parts.info,
         })
     }
 }

@@ -239,7 +239,7 @@ impl<O> Iterator for Epoch<'_, O> {
         };
         match next {
             Ok(batch) => {
-                self.processed += batch.len() + batch.skipped.len();
+                self.processed += batch.len() + batch.info.skipped.len();
                 Some(self.owner.convert.convert(batch, &self.owner.device))
             }
             // The loader ends the pass after a failed batch; its state points at that batch.

@@ -64,7 +64,7 @@ fn recipe(
 }
 
 fn indices(batches: impl Iterator<Item = ImageBatch>) -> Vec<u64> {
-    batches.flat_map(|b| b.indices).collect()
+    batches.flat_map(|b| b.info.indices).collect()
 }
 
 #[test]
@@ -86,8 +86,11 @@ fn batches_equal_the_loaders_own_in_shape_type_and_value() {
             labels.as_slice::<i64>().unwrap(),
             theirs.labels.as_i64().unwrap()
         );
-        assert_eq!((ours.indices, ours.keys), (theirs.indices, theirs.keys));
-        assert_eq!(ours.epoch, 0);
+        assert_eq!(
+            (ours.info.indices, ours.info.keys),
+            (theirs.info.indices, theirs.info.keys)
+        );
+        assert_eq!(ours.info.epoch, 0);
         batches += 1;
     }
     assert_eq!(batches, IMAGES.div_ceil(7));
@@ -151,8 +154,8 @@ fn each_iter_is_one_epoch_with_every_sample_exactly_once() {
         let mut seen = Vec::new();
         for batch in &mut iter {
             let batch = batch.unwrap();
-            assert_eq!(batch.epoch, epoch);
-            seen.extend(batch.indices);
+            assert_eq!(batch.info.epoch, epoch);
+            seen.extend(batch.info.indices);
         }
         let progress = iter.progress();
         assert_eq!(
@@ -171,10 +174,10 @@ fn each_iter_is_one_epoch_with_every_sample_exactly_once() {
     // whole new epoch, as burn's own loader and PyTorch's do.
     let mut iter = burn.iter();
     let part = iter.next().unwrap().unwrap();
-    assert_eq!(part.epoch, 3);
+    assert_eq!(part.info.epoch, 3);
     drop(iter);
     let next: Vec<ImageBatch> = burn.iter().map(Result::unwrap).collect();
-    assert!(next.iter().all(|b| b.epoch == 4));
+    assert!(next.iter().all(|b| b.info.epoch == 4));
     let mut sorted = indices(next.into_iter());
     sorted.sort_unstable();
     assert_eq!(sorted, all);
@@ -288,7 +291,7 @@ fn slices_are_disjoint_and_cover_the_dataset() {
     for part in &parts {
         let mut mine = Vec::new();
         for batch in part.iter() {
-            mine.extend(batch.unwrap().indices);
+            mine.extend(batch.unwrap().info.indices);
         }
         assert_eq!(mine.len(), 10);
         for index in mine {
@@ -299,7 +302,10 @@ fn slices_are_disjoint_and_cover_the_dataset() {
 
     // A slice of a slice is relative to it, as burn's are; one past the data is an error.
     let nested = parts[1].slice(2, 5);
-    let inside: BTreeSet<u64> = nested.iter().flat_map(|b| b.unwrap().indices).collect();
+    let inside: BTreeSet<u64> = nested
+        .iter()
+        .flat_map(|b| b.unwrap().info.indices)
+        .collect();
     assert_eq!(inside, (12..15).collect());
     let beyond = parts[2].slice(5, 20);
     let error = beyond.iter().next().unwrap().unwrap_err();
@@ -322,7 +328,7 @@ fn to_device_makes_the_batches_on_that_device_from_a_loader_of_its_own() {
         let batch = batch.unwrap();
         assert_eq!(batch.images.device(), autodiff);
         assert_eq!(batch.targets.device(), autodiff);
-        seen.extend(batch.indices);
+        seen.extend(batch.info.indices);
     }
     seen.sort_unstable();
     assert_eq!(seen, (0..IMAGES as u64).collect::<Vec<_>>());

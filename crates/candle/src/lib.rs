@@ -35,10 +35,8 @@
 //! candle would allocate as much and copy too. BENCHMARKS.md ("burn and candle") measures
 //! what the lost reuse costs per batch.
 
-use std::sync::Arc;
-
 use candle_core::{Device, Tensor};
-use loader_core::{Batch, DataLoader, HostTensor, HostVec, ItemError, LoaderState};
+use loader_core::{Batch, BatchInfo, DataLoader, HostTensor, HostVec, LoaderState};
 
 /// Why a batch could not be had as candle tensors.
 #[derive(Debug, thiserror::Error)]
@@ -60,14 +58,8 @@ pub struct CandleBatch {
     /// `[N]` i64 class indices; f32 `[N, classes]` multi-hot, or `[N]`/`[N, K]` values, for
     /// a multi-label or values manifest.
     pub labels: Tensor,
-    /// Each sample's dataset index.
-    pub indices: Vec<u64>,
-    /// Each sample's key in the store.
-    pub keys: Vec<Arc<str>>,
-    /// The epoch the batch belongs to.
-    pub epoch: u64,
-    /// Samples skipped under a skipping error policy, with their errors.
-    pub skipped: Vec<ItemError>,
+    /// Where its samples came from, which were skipped, which are padding.
+    pub info: BatchInfo,
 }
 
 /// `batch` as candle tensors on `device`: moved into them on the CPU, copied to the
@@ -77,10 +69,7 @@ pub fn to_candle(batch: Batch, device: &Device) -> Result<CandleBatch, Error> {
     Ok(CandleBatch {
         images: tensor(parts.images, device)?,
         labels: tensor(parts.labels, device)?,
-        indices: parts.indices,
-        keys: parts.keys,
-        epoch: parts.epoch,
-        skipped: parts.skipped,
+        info: parts.info,
     })
 }
 

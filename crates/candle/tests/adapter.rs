@@ -60,7 +60,7 @@ fn candle(store: &DynStorage, dataset: &Dataset) -> CandleLoader {
 }
 
 fn pass(loader: &mut CandleLoader) -> Vec<u64> {
-    loader.flat_map(|b| b.unwrap().indices).collect()
+    loader.flat_map(|b| b.unwrap().info.indices).collect()
 }
 
 #[test]
@@ -82,7 +82,10 @@ fn batches_equal_the_loaders_own_in_shape_type_and_value() {
             ours.labels.to_vec1::<i64>().unwrap(),
             theirs.labels.as_i64().unwrap()
         );
-        assert_eq!((ours.indices, ours.keys), (theirs.indices, theirs.keys));
+        assert_eq!(
+            (ours.info.indices, ours.info.keys),
+            (theirs.info.indices, theirs.info.keys)
+        );
         batches += 1;
     }
     assert_eq!(batches, IMAGES.div_ceil(7));
@@ -132,7 +135,7 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
     let first: Vec<u64> = loader
         .by_ref()
         .take(2)
-        .flat_map(|b| b.unwrap().indices)
+        .flat_map(|b| b.unwrap().info.indices)
         .collect();
     let state = loader.state().unwrap();
     assert_eq!(at(state.clone()), (0, 14));

@@ -1,5 +1,7 @@
-//! A batch: one contiguous buffer plus its shape, labels, indices and keys; and the same
-//! taken apart into tensors for a foreign owner.
+//! A batch: one contiguous buffer plus its shape and labels, and where its samples came
+//! from ([`BatchInfo`], the one record every form of a batch carries: [`Batch`],
+//! [`BatchTensors`], burn's and candle's); and the same taken apart into tensors for a
+//! foreign owner.
 
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +35,14 @@ pub struct Batch {
     /// f32 multi-hot `[N, classes]`, values `[N]` or `[N, K]`, as [`labels_tensor`] makes
     /// them from the dataset's kind of label.
     pub labels: HostTensor,
+    /// Where its samples came from, which were skipped, which are padding.
+    pub info: BatchInfo,
+}
+
+/// Where a batch's samples came from: what every form of a batch carries beside its values
+/// (a [`Batch`], its [`BatchTensors`], burn's and candle's batches).
+#[derive(Debug, Default)]
+pub struct BatchInfo {
     /// Dataset index of each sample.
     pub indices: Vec<u64>,
     /// Each sample's key: its object's, or its name within a shard (WebDataset's key).
@@ -161,11 +171,13 @@ pub(crate) fn collate_into(raw: RawBatch<Sample>, pool: &BufferPool) -> Result<B
         data,
         shape: [n, a, b, c],
         labels,
-        indices,
-        keys,
-        epoch: raw.epoch,
-        skipped: raw.skipped,
-        padding: raw.padding,
+        info: BatchInfo {
+            indices,
+            keys,
+            epoch: raw.epoch,
+            skipped: raw.skipped,
+            padding: raw.padding,
+        },
     })
 }
 
@@ -177,16 +189,8 @@ pub struct BatchTensors {
     pub images: HostTensor,
     /// The labels: i64 `[N]` classes, or f32 as [`Batch::labels`] says.
     pub labels: HostTensor,
-    /// Dataset index of each sample.
-    pub indices: Vec<u64>,
-    /// Each sample's key.
-    pub keys: Vec<Arc<str>>,
-    /// The epoch it belongs to.
-    pub epoch: u64,
-    /// Samples that failed and were skipped, with their errors.
-    pub skipped: Vec<ItemError>,
-    /// Samples at the end that repeat other ranks' ([`Batch::padding`]).
-    pub padding: usize,
+    /// Where its samples came from, as the batch said.
+    pub info: BatchInfo,
 }
 
 impl Batch {
@@ -201,11 +205,7 @@ impl Batch {
         BatchTensors {
             images,
             labels: self.labels,
-            indices: self.indices,
-            keys: self.keys,
-            epoch: self.epoch,
-            skipped: self.skipped,
-            padding: self.padding,
+            info: self.info,
         }
     }
 }
@@ -225,11 +225,12 @@ mod tests {
             data: BatchData::U8(Buffer::from(values)),
             shape: [2, 2, 2, 3],
             labels: HostTensor::i64(Buffer::from(vec![4, 9]), vec![2]).unwrap(),
-            indices: vec![10, 11],
-            keys: vec!["a".into(), "b".into()],
-            epoch: 3,
-            skipped: Vec::new(),
-            padding: 0,
+            info: BatchInfo {
+                indices: vec![10, 11],
+                keys: vec!["a".into(), "b".into()],
+                epoch: 3,
+                ..BatchInfo::default()
+            },
         };
         let mut t = batch.into_tensors();
         assert_eq!(t.images.as_bytes().as_ptr(), at, "no copy");
@@ -239,6 +240,6 @@ mod tests {
             (&[2, 2, 2, 3][..], DType::U8)
         );
         assert_eq!(t.labels.as_i64(), Some(&[4i64, 9][..]));
-        assert_eq!((t.labels.shape(), t.epoch), (&[2][..], 3));
+        assert_eq!((t.labels.shape(), t.info.epoch), (&[2][..], 3));
     }
 }

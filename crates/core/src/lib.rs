@@ -74,7 +74,7 @@ pub mod source;
 mod stage;
 mod state;
 
-pub use batch::{Batch, BatchData, BatchTensors, collate, collate_in};
+pub use batch::{Batch, BatchData, BatchInfo, BatchTensors, collate, collate_in};
 pub use buffer::Buffer;
 pub use builder::DataLoaderBuilder;
 pub use error::{CollateError, ConfigError, Error, OptionError, Result, StateError};

@@ -346,7 +346,7 @@ fn permanent_faults_fail_naming_key_and_cause_and_the_loader_stays_usable() {
         let mut error = None;
         for batch in &mut loader {
             match batch {
-                Ok(batch) => delivered.extend(batch.indices),
+                Ok(batch) => delivered.extend(batch.info.indices),
                 Err(e) => error = Some(e),
             }
         }
@@ -368,11 +368,15 @@ fn permanent_faults_fail_naming_key_and_cause_and_the_loader_stays_usable() {
         broken.repair(bad);
     }
     assert_eq!(loader.epoch(), 3);
-    let all: Vec<u64> = (&mut loader).flat_map(|b| b.unwrap().indices).collect();
+    let all: Vec<u64> = (&mut loader)
+        .flat_map(|b| b.unwrap().info.indices)
+        .collect();
     assert_eq!(all, (0..40).collect::<Vec<_>>(), "the repaired epoch");
     // Each failed epoch can be finished from its checkpoint.
     loader.resume(states[0].clone()).unwrap();
-    let rest: Vec<u64> = (&mut loader).flat_map(|b| b.unwrap().indices).collect();
+    let rest: Vec<u64> = (&mut loader)
+        .flat_map(|b| b.unwrap().info.indices)
+        .collect();
     assert_eq!(rest, (4..40).collect::<Vec<_>>());
 }
 
@@ -384,8 +388,8 @@ fn skip_completes_the_epoch_and_reports_exactly_the_bad_items() {
     let mut skipped = Vec::new();
     for batch in &mut loader {
         let batch = batch.unwrap();
-        delivered.extend(batch.indices.iter().copied());
-        for e in &batch.skipped {
+        delivered.extend(batch.info.indices.iter().copied());
+        for e in &batch.info.skipped {
             let fetch = matches!(e.failure, ItemFailure::Fetch(_));
             skipped.push((e.info.index, e.to_string(), fetch));
         }

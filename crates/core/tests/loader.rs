@@ -73,12 +73,13 @@ fn run(loader: &mut DataLoader, epochs: usize) -> Vec<(u64, u64, i64, u32)> {
             let values = batch.as_f32().unwrap();
             assert_eq!(values.len(), batch.len() * per);
             for (i, (&index, &label)) in batch
+                .info
                 .indices
                 .iter()
                 .zip(batch.labels.as_i64().unwrap())
                 .enumerate()
             {
-                out.push((batch.epoch, index, label, values[i * per].to_bits()));
+                out.push((batch.info.epoch, index, label, values[i * per].to_bits()));
             }
         }
     }
@@ -157,7 +158,7 @@ fn reused_batch_buffers_hold_the_same_values_as_fresh_ones() {
     for (i, batch) in reusing.by_ref().enumerate() {
         let batch = batch.unwrap();
         assert_eq!(batch.shape, held[i].shape);
-        assert_eq!(batch.indices, held[i].indices);
+        assert_eq!(batch.info.indices, held[i].info.indices);
         assert!(batch.as_f32() == held[i].as_f32(), "batch {i} differs");
     }
     // A batch may outlive its loader.
@@ -286,7 +287,7 @@ fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
             own.len()
         );
         for (i, (batch, own)) in lent.iter().zip(&own).enumerate() {
-            assert_eq!(batch.indices, own.indices);
+            assert_eq!(batch.info.indices, own.info.indices);
             assert!(batch.as_f32() == own.as_f32(), "batch {i} differs");
         }
         let tensors: Vec<_> = lent.into_iter().map(|b| b.into_tensors()).collect();
@@ -321,9 +322,9 @@ fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
         let mut loader = builder.build().unwrap();
         let first = loader.next().unwrap().unwrap();
         let err = loader.next().unwrap().unwrap_err();
-        (first.indices, err.to_string(), loader.state().unwrap())
+        (first.info.indices, err.to_string(), loader.state().unwrap())
     });
-    assert_eq!(first, own[0].indices);
+    assert_eq!(first, own[0].info.indices);
     assert!(
         err.contains("the test's lender could not lend") && err.contains("out of pinned memory"),
         "{err}"
@@ -353,8 +354,8 @@ fn skip_delivers_or_reports_every_index_exactly_once() {
     let mut skipped = 0;
     for batch in &mut loader {
         let batch = batch.unwrap();
-        seen.extend(batch.indices.iter().copied());
-        for e in &batch.skipped {
+        seen.extend(batch.info.indices.iter().copied());
+        for e in &batch.info.skipped {
             assert!(e.to_string().contains(&*e.info.key), "{e}");
             seen.push(e.info.index);
             skipped += 1;
@@ -449,7 +450,9 @@ fn as_completed_refuses_state() {
         .transform(small())
         .build()
         .unwrap();
-    let all: HashSet<u64> = (&mut loader).flat_map(|b| b.unwrap().indices).collect();
+    let all: HashSet<u64> = (&mut loader)
+        .flat_map(|b| b.unwrap().info.indices)
+        .collect();
     assert_eq!(all.len(), IMAGES);
     assert!(matches!(loader.state(), Err(Error::State(_))));
 }
@@ -499,8 +502,8 @@ proptest! {
         for batch in (&mut first).take(cut) {
             let batch = batch.unwrap();
             let per = batch.shape[1..].iter().product::<usize>();
-            for (i, (&index, &label)) in batch.indices.iter().zip(batch.labels.as_i64().unwrap()).enumerate() {
-                got.push((batch.epoch, index, label, batch.as_f32().unwrap()[i * per].to_bits()));
+            for (i, (&index, &label)) in batch.info.indices.iter().zip(batch.labels.as_i64().unwrap()).enumerate() {
+                got.push((batch.info.epoch, index, label, batch.as_f32().unwrap()[i * per].to_bits()));
             }
         }
         let saved = serde_json::to_string(&first.state().unwrap()).unwrap();
@@ -659,7 +662,11 @@ fn a_subset_reads_its_range_once_per_epoch_and_refuses_what_it_cannot_read() {
         let mut loader = build(10..25, shuffle).unwrap();
         assert_eq!((loader.samples_per_epoch(), loader.len()), (15, 4));
         let epochs: Vec<Vec<u64>> = (0..2)
-            .map(|_| (&mut loader).flat_map(|b| b.unwrap().indices).collect())
+            .map(|_| {
+                (&mut loader)
+                    .flat_map(|b| b.unwrap().info.indices)
+                    .collect()
+            })
             .collect();
         for seen in &epochs {
             let mut sorted = seen.clone();
@@ -696,19 +703,19 @@ fn to_epoch_start_drops_the_rest_of_an_epoch_but_keeps_a_finished_one() {
     // Nothing read yet: epoch 0 stays.
     assert_eq!(loader.to_epoch_start(), 0);
     let first = loader.next().unwrap().unwrap();
-    assert_eq!(first.epoch, 0);
+    assert_eq!(first.info.epoch, 0);
     // Part way: the next pass is epoch 1, whole.
     assert_eq!(loader.to_epoch_start(), 1);
     let epoch: Vec<_> = (&mut loader).map(|b| b.unwrap()).collect();
-    assert!(epoch.iter().all(|b| b.epoch == 1));
+    assert!(epoch.iter().all(|b| b.info.epoch == 1));
     assert_eq!(epoch.iter().map(|b| b.len()).sum::<usize>(), IMAGES);
     // All of epoch 2 but the end of the pass: the next pass is epoch 3, not empty.
     let epoch2: Vec<_> = (&mut loader).take(IMAGES / 8).map(|b| b.unwrap()).collect();
-    assert!(epoch2.iter().all(|b| b.epoch == 2));
+    assert!(epoch2.iter().all(|b| b.info.epoch == 2));
     assert_eq!(loader.to_epoch_start(), 3);
     let epoch3: Vec<_> = (&mut loader).map(|b| b.unwrap()).collect();
     assert_eq!(epoch3.len(), IMAGES / 8);
-    assert!(epoch3.iter().all(|b| b.epoch == 3));
+    assert!(epoch3.iter().all(|b| b.info.epoch == 3));
 }
 
 /// A state's epoch and position, without its order stamp.
@@ -780,6 +787,7 @@ fn multi_label_and_values_manifests_batch_each_samples_own_labels() {
                         let values = batch.labels.as_f32().unwrap().chunks(width);
                         rows.extend(
                             batch
+                                .info
                                 .indices
                                 .iter()
                                 .copied()

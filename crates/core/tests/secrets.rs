@@ -52,7 +52,7 @@ fn credentials_appear_in_no_debug_display_error_metric_or_trace() {
     let mut skipped = Vec::new();
     for batch in &mut loader {
         let batch = batch.unwrap();
-        for e in &batch.skipped {
+        for e in &batch.info.skipped {
             skipped.push(format!("{e} / {e:?}"));
         }
         assert_clean("batch Debug", &format!("{batch:?}"), &secrets);

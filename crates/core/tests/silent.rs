@@ -137,7 +137,7 @@ fn images_in_every_format_image_folder_lists_decode_to_their_pixels() {
         batch.as_u8().unwrap(),
         &want[..],
         "decoded {:?}",
-        batch.keys
+        batch.info.keys
     );
 }
 

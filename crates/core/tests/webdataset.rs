@@ -380,7 +380,7 @@ fn a_decoded_bytes_bound_below_one_image_only_slows_the_loader() {
                     .max_decoded_bytes(1)
                     .build()
                     .unwrap();
-                let mut seen: Vec<u64> = loader.flat_map(|b| b.unwrap().indices).collect();
+                let mut seen: Vec<u64> = loader.flat_map(|b| b.unwrap().info.indices).collect();
                 seen.sort();
                 seen
             },

@@ -39,13 +39,13 @@ impl From<Batch> for Delivered {
         Self {
             images: Some(t.images),
             labels: t.labels,
-            keys: t.keys,
-            indices: t.indices,
-            epoch: t.epoch,
-            skipped: t.skipped,
+            keys: t.info.keys,
+            indices: t.info.indices,
+            epoch: t.info.epoch,
+            skipped: t.info.skipped,
             decoded: Vec::new(),
             position: None,
-            padding: t.padding,
+            padding: t.info.padding,
         }
     }
 }

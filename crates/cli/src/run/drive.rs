@@ -63,10 +63,13 @@ pub(super) fn drive(
             let batch = batch?;
             count(&mut tally, &batch, &bar);
             if args.print_keys {
-                let real = batch.len() - batch.padding;
-                for (index, key) in batch.indices[..real].iter().zip(&batch.keys[..real]) {
+                let real = batch.len() - batch.info.padding;
+                for (index, key) in batch.info.indices[..real]
+                    .iter()
+                    .zip(&batch.info.keys[..real])
+                {
                     let source = loader.source_of(*index).map_or(0, |(s, _)| s);
-                    writeln!(keys_out, "{}\t{source}\t{key}", batch.epoch)?;
+                    writeln!(keys_out, "{}\t{source}\t{key}", batch.info.epoch)?;
                 }
             }
             let secs = tally.start.elapsed().as_secs_f64().max(1e-9);
@@ -101,9 +104,9 @@ pub(super) fn drive(
 /// A batch's images, padding and skips, counted; skips reported above the bar.
 fn count(tally: &mut Tally, batch: &Batch, bar: &ProgressBar) {
     tally.batches += 1;
-    tally.images += batch.len() - batch.padding;
-    tally.padded += batch.padding;
-    for e in &batch.skipped {
+    tally.images += batch.len() - batch.info.padding;
+    tally.padded += batch.info.padding;
+    for e in &batch.info.skipped {
         bar.println(format!("skipped: {e}"));
         tally.skipped += 1;
     }
