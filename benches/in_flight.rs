@@ -23,9 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::FutureExt;
 use loader_core::scheduler::{Config, Engine, Fetch, Hedge, SampleInfo, StageError, Summary};
 use loader_core::storage::layer::Latency;
-use loader_core::{DynStorage, Storage, StorageExt};
+use loader_core::{DynStorage, StorageExt};
+use loader_testkit::HookedStore;
 
 const ITEMS: usize = 20_000;
 const CELL: Duration = Duration::from_secs(6);
@@ -41,46 +43,21 @@ fn list(var: &str, default: &[u64]) -> Vec<u64> {
         .unwrap_or_else(|| default.to_vec())
 }
 
-/// A store whose latency is `ms.load()` milliseconds at each request.
-#[derive(Debug)]
-struct Delayed {
-    inner: DynStorage,
-    ms: Arc<AtomicU64>,
-}
-
-#[async_trait::async_trait]
-impl Storage for Delayed {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get_opts(
-        &self,
-        key: &str,
-        options: loader_core::storage::GetOptions,
-    ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
-        if options.range.is_none() {
-            tokio::time::sleep(Duration::from_millis(self.ms.load(Ordering::Relaxed))).await;
+/// `inner` whose latency is `ms.load()` milliseconds at each whole-object read.
+fn delayed(inner: DynStorage, ms: Arc<AtomicU64>) -> DynStorage {
+    Arc::new(HookedStore::before_get(inner, move |_, options| {
+        let wait = Duration::from_millis(ms.load(Ordering::Relaxed));
+        let whole = options.range.is_none();
+        async move {
+            if whole {
+                tokio::time::sleep(wait).await;
+            }
+            None
         }
-        self.inner.get_opts(key, options).await
-    }
-    async fn head(
-        &self,
-        key: &str,
-    ) -> loader_core::storage::Result<loader_core::storage::ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> futures::stream::BoxStream<
-        'a,
-        loader_core::storage::Result<loader_core::storage::ObjectMeta>,
-    > {
-        self.inner.list(prefix)
-    }
+        .boxed()
+    }))
 }
 
-/// Items per second for each second of a cell, and the engine's summary at its end.
 fn cell(
     store: DynStorage,
     fetch: Fetch,
@@ -178,10 +155,7 @@ fn main() {
     }
     // A store that slows down mid-run.
     let ms = Arc::new(AtomicU64::new(20));
-    let store: DynStorage = Arc::new(Delayed {
-        inner: Arc::clone(&memory),
-        ms: Arc::clone(&ms),
-    });
+    let store = delayed(Arc::clone(&memory), Arc::clone(&ms));
     let jump = CELL / 3;
     let (rates, summary) = cell(store, Fetch::default(), None, |t| {
         if t >= jump {

@@ -58,35 +58,18 @@ fn train(options: Options) -> Result<Timing, Box<dyn Error>> {
     let vars = VarMap::new();
     let model = Cnn::new(VarBuilder::from_varmap(&vars, DType::F32, &device))?;
     let mut optimizer = candle_nn::AdamW::new_lr(vars.all_vars(), 2e-3)?;
-    let mut timing = Timing::default();
-    'run: for epoch in 0u64.. {
-        // One pass over the loader is one epoch.
-        while let Some(batch) = timing.wait(|| loader.next()) {
-            let CandleBatch { images, labels, .. } = batch?;
-            timing.step(|| {
-                let logits = model.forward(&images)?;
-                let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
-                optimizer.backward_step(&loss)?;
-                Ok(loss.to_scalar::<f32>()?)
-            })?;
-            if timing.after_step(epoch, options.steps) {
-                break 'run;
-            }
-        }
-    }
-    Ok(timing)
+    served::train(
+        options.steps,
+        || loader.next(),
+        |CandleBatch { images, labels, .. }| {
+            let logits = model.forward(&images)?;
+            let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
+            optimizer.backward_step(&loss)?;
+            Ok(loss.to_scalar::<f32>()?)
+        },
+    )
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
     served::run(train)
-}
-
-#[cfg(test)]
-mod tests {
-    /// CI's short form of the example: the loss must halve.
-    #[test]
-    fn a_short_run_lowers_the_loss() {
-        let timing = super::train(super::Options::short()).expect("the run");
-        timing.loss_fell().unwrap();
-    }
 }

@@ -14,17 +14,8 @@ before=${BEFORE:-0a6322f}
 images=${IMAGES:-4000}
 cache=${LOADER_CACHE:-$HOME/.cache/loader}
 work=$cache/elastic-bench
-mkdir -p "$work"
-
-cargo build --release -q -p loader-cli
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-new=$target/release/loader
-if [ ! -x "$work/before/target/release/loader" ]; then
-  rm -rf "$work/before"
-  git worktree add --force --detach "$work/before" "$before" >/dev/null
-  (cd "$work/before" && CARGO_TARGET_DIR="$work/before/target" cargo build --release -q -p loader-cli)
-fi
-old=$work/before/target/release/loader
+source benches/scripts/common.sh
+builds "$before" "$work"
 
 data=$work/data
 if [ ! -f "$data/.complete" ]; then
@@ -43,15 +34,8 @@ if [ ! -f "$data/.complete" ]; then
   touch "$data/.complete"
 fi
 
-log=$(mktemp)
-"$new" serve s3 "$data" > "$log" &
-server=$!
+serve_s3 "$data"
 trap 'kill $server 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 100); do grep -q '^press Ctrl-C' "$log" && break; sleep 0.1; done
-opts=(--option "aws_endpoint=$(sed -n 's/^endpoint: //p' "$log")"
-      --option "aws_access_key_id=$(sed -n 's/^access key: //p' "$log")"
-      --option "aws_secret_access_key=$(sed -n 's/^secret key: //p' "$log")"
-      --option aws_region=us-east-1)
 shards="s3://shards/shard-{000000..000015}.tar"
 
 for world in ${WORLDS:-8 3}; do

@@ -16,17 +16,8 @@ before=${BEFORE:-dc97a2a}
 images=${IMAGES:-2000}
 cache=${LOADER_CACHE:-$HOME/.cache/loader}
 work=$cache/node-cache-bench
-mkdir -p "$work"
-
-cargo build --release -q -p loader-cli
-target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-new=$target/release/loader
-if [ ! -x "$work/before/target/release/loader" ]; then
-  rm -rf "$work/before"
-  git worktree add --force --detach "$work/before" "$before" >/dev/null
-  (cd "$work/before" && CARGO_TARGET_DIR="$work/before/target" cargo build --release -q -p loader-cli)
-fi
-old=$work/before/target/release/loader
+source benches/scripts/common.sh
+builds "$before" "$work"
 
 data=$work/data
 if [ ! -f "$data/.complete" ]; then
@@ -35,16 +26,9 @@ if [ ! -f "$data/.complete" ]; then
   touch "$data/.complete"
 fi
 
-log=$(mktemp)
-"$new" serve s3 "$data" --rtt "${RTT:-0}" > "$log" &
-server=$!
+serve_s3 "$data" --rtt "${RTT:-0}"
 dirs=$(mktemp -d)
 trap 'kill $server 2>/dev/null || true; rm -rf "$log" "$dirs"' EXIT
-for _ in $(seq 100); do grep -q '^press Ctrl-C' "$log" && break; sleep 0.1; done
-opts=(--option "aws_endpoint=$(sed -n 's/^endpoint: //p' "$log")"
-      --option "aws_access_key_id=$(sed -n 's/^access key: //p' "$log")"
-      --option "aws_secret_access_key=$(sed -n 's/^secret key: //p' "$log")"
-      --option aws_region=us-east-1)
 
 for world in ${WORLDS:-4 8}; do
   echo "== $world ranks, 2 epochs of $images images, batch 32, one decode thread each"

@@ -220,10 +220,46 @@ impl Timing {
     }
 }
 
+/// Train for `steps` steps, epoch after epoch: `next` gives an epoch's next batch (`None`
+/// at its end; the call after starts the next epoch), timed as a wait for data; `step`
+/// trains on it, timed, and returns the loss. Returns where the time went.
+pub fn train<B, E: Into<Box<dyn Error>>>(
+    steps: usize,
+    mut next: impl FnMut() -> Option<Result<B, E>>,
+    mut step: impl FnMut(B) -> Result<f32, Box<dyn Error>>,
+) -> Result<Timing, Box<dyn Error>> {
+    let mut timing = Timing::default();
+    for epoch in 0u64.. {
+        let before = timing.steps();
+        while let Some(batch) = timing.wait(&mut next) {
+            let batch = batch.map_err(Into::into)?;
+            timing.step(|| step(batch))?;
+            if timing.after_step(epoch, steps) {
+                return Ok(timing);
+            }
+        }
+        if timing.steps() == before {
+            return Err(format!("epoch {epoch} gave no batch").into());
+        }
+    }
+    Ok(timing)
+}
+
 /// An example's `main`: train with the command line's options, report, and fail unless the
 /// loss fell.
 pub fn run(train: fn(Options) -> Result<Timing, Box<dyn Error>>) -> Result<(), Box<dyn Error>> {
     let timing = train(Options::from_args()?)?;
     println!("{}", timing.report());
     Ok(timing.loss_fell()?)
+}
+
+#[cfg(test)]
+mod tests {
+    /// CI's short form of each training example (`crate::train` is the example's): the loss
+    /// must halve.
+    #[test]
+    fn a_short_run_lowers_the_loss() {
+        let timing = crate::train(super::Options::short()).expect("the run");
+        timing.loss_fell().unwrap();
+    }
 }

@@ -12,32 +12,16 @@ use burn_core::data::dataloader::split::split_dataloader;
 use burn_tensor::{DType, Device};
 use loader_burn::{BurnLoader, Error, ImageBatch, float_tensor, images_tensor, targets_tensor};
 use loader_core::storage::ErrorKind;
-use loader_core::{BatchData, DataLoader, Dataset, DynStorage, LoaderState, Pipeline, from_url};
-use loader_testkit::{DatasetSpec, HookedStore, S3Server, watchdog};
+use loader_core::{BatchData, DataLoader, Dataset, DynStorage, LoaderState, Pipeline};
+use loader_testkit::{Bucket, DatasetSpec, HookedStore, watchdog};
 
 const IMAGES: usize = 30;
 
-struct Fixture {
-    store: DynStorage,
-    dataset: Dataset,
-    _server: S3Server,
-    _dir: tempfile::TempDir,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    DatasetSpec::tiny(IMAGES, 3)
-        .write(&dir.path().join("data"))
-        .unwrap();
-    let server = S3Server::start(dir.path()).unwrap();
-    let store = from_url("s3://data", server.options()).unwrap();
-    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
-    Fixture {
-        store,
-        dataset,
-        _server: server,
-        _dir: dir,
-    }
+/// The tiny dataset in a bucket of its own, and the dataset listed from it.
+fn fixture() -> (Bucket, Dataset) {
+    let bucket = Bucket::new(&DatasetSpec::tiny(IMAGES, 3)).unwrap();
+    let dataset = Dataset::image_folder_blocking(&*bucket.store).unwrap();
+    (bucket, dataset)
 }
 
 fn small() -> Pipeline {
@@ -69,8 +53,8 @@ fn indices(batches: impl Iterator<Item = ImageBatch>) -> Vec<u64> {
 
 #[test]
 fn batches_equal_the_loaders_own_in_shape_type_and_value() {
-    let f = fixture();
-    let recipe = recipe(Arc::clone(&f.store), f.dataset.clone());
+    let (f, dataset) = fixture();
+    let recipe = recipe(Arc::clone(&f.store), dataset.clone());
     let mut own = recipe().build().unwrap();
     let burn = BurnLoader::images(recipe, &Device::default()).unwrap();
     let mut batches = 0;
@@ -98,14 +82,14 @@ fn batches_equal_the_loaders_own_in_shape_type_and_value() {
 
 #[test]
 fn the_images_reach_burn_without_a_copy_and_their_buffer_comes_back() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let address = |data: &BatchData| match data {
         BatchData::F32(v) => v.as_ptr() as usize,
         BatchData::U8(v) => v.as_ptr() as usize,
     };
     // The flex device, and autodiff over it as training uses.
     for device in [Device::default(), Device::default().autodiff()] {
-        let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
             .batch_size(6)
             .transform(small())
             .build()
@@ -140,9 +124,9 @@ fn the_images_reach_burn_without_a_copy_and_their_buffer_comes_back() {
 
 #[test]
 fn each_iter_is_one_epoch_with_every_sample_exactly_once() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let burn = BurnLoader::images(
-        recipe(Arc::clone(&f.store), f.dataset.clone()),
+        recipe(Arc::clone(&f.store), dataset.clone()),
         &Device::default(),
     )
     .unwrap();
@@ -185,10 +169,10 @@ fn each_iter_is_one_epoch_with_every_sample_exactly_once() {
 
 #[test]
 fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let loader = || {
         BurnLoader::images(
-            recipe(Arc::clone(&f.store), f.dataset.clone()),
+            recipe(Arc::clone(&f.store), dataset.clone()),
             &Device::default(),
         )
         .unwrap()
@@ -214,8 +198,8 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
 
 #[test]
 fn a_storage_error_reaches_the_caller_as_an_error() {
-    let f = fixture();
-    let broken = f.dataset.get(4).unwrap().key.to_string();
+    let (f, dataset) = fixture();
+    let broken = dataset.get(4).unwrap().key.to_string();
     let store: DynStorage = Arc::new(HookedStore::new(Arc::clone(&f.store), {
         let broken = broken.clone();
         move |key| {
@@ -229,7 +213,7 @@ fn a_storage_error_reaches_the_caller_as_an_error() {
             })
         }
     }));
-    let dataset = f.dataset.clone();
+    let dataset = dataset.clone();
     let errors = watchdog::within(
         Duration::from_secs(60),
         "an epoch with a denied key",
@@ -254,8 +238,8 @@ fn a_storage_error_reaches_the_caller_as_an_error() {
 
 #[test]
 fn a_second_iterator_is_refused_not_waited_for() {
-    let f = fixture();
-    let (store, dataset) = (Arc::clone(&f.store), f.dataset.clone());
+    let (f, dataset) = fixture();
+    let (store, dataset) = (Arc::clone(&f.store), dataset.clone());
     watchdog::no_hang("two iterators of one loader", move || {
         let burn = BurnLoader::images(recipe(store, dataset), &Device::default()).unwrap();
         let mut first = burn.iter();
@@ -274,9 +258,9 @@ fn a_second_iterator_is_refused_not_waited_for() {
 
 #[test]
 fn slices_are_disjoint_and_cover_the_dataset() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let burn = BurnLoader::images(
-        recipe(Arc::clone(&f.store), f.dataset.clone()),
+        recipe(Arc::clone(&f.store), dataset.clone()),
         &Device::default(),
     )
     .unwrap();
@@ -314,9 +298,9 @@ fn slices_are_disjoint_and_cover_the_dataset() {
 
 #[test]
 fn to_device_makes_the_batches_on_that_device_from_a_loader_of_its_own() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let burn = BurnLoader::images(
-        recipe(Arc::clone(&f.store), f.dataset.clone()),
+        recipe(Arc::clone(&f.store), dataset.clone()),
         &Device::default(),
     )
     .unwrap();

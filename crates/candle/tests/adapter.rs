@@ -11,33 +11,17 @@ use candle_core::{DType, Device, Storage};
 use loader_candle::{CandleLoader, Error, to_candle};
 use loader_core::storage::ErrorKind;
 use loader_core::{
-    BatchData, DataLoader, DataLoaderBuilder, Dataset, DynStorage, LoaderState, Pipeline, from_url,
+    BatchData, DataLoader, DataLoaderBuilder, Dataset, DynStorage, LoaderState, Pipeline,
 };
-use loader_testkit::{DatasetSpec, HookedStore, S3Server, watchdog};
+use loader_testkit::{Bucket, DatasetSpec, HookedStore, watchdog};
 
 const IMAGES: usize = 30;
 
-struct Fixture {
-    store: DynStorage,
-    dataset: Dataset,
-    _server: S3Server,
-    _dir: tempfile::TempDir,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    DatasetSpec::tiny(IMAGES, 3)
-        .write(&dir.path().join("data"))
-        .unwrap();
-    let server = S3Server::start(dir.path()).unwrap();
-    let store = from_url("s3://data", server.options()).unwrap();
-    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
-    Fixture {
-        store,
-        dataset,
-        _server: server,
-        _dir: dir,
-    }
+/// The tiny dataset in a bucket of its own, and the dataset listed from it.
+fn fixture() -> (Bucket, Dataset) {
+    let bucket = Bucket::new(&DatasetSpec::tiny(IMAGES, 3)).unwrap();
+    let dataset = Dataset::image_folder_blocking(&*bucket.store).unwrap();
+    (bucket, dataset)
 }
 
 /// Batches of 7 (the last short), shuffled with seed 3, 16 px tensors.
@@ -65,9 +49,9 @@ fn pass(loader: &mut CandleLoader) -> Vec<u64> {
 
 #[test]
 fn batches_equal_the_loaders_own_in_shape_type_and_value() {
-    let f = fixture();
-    let mut own = builder(&f.store, &f.dataset).build().unwrap();
-    let mut ours = candle(&f.store, &f.dataset);
+    let (f, dataset) = fixture();
+    let mut own = builder(&f.store, &dataset).build().unwrap();
+    let mut ours = candle(&f.store, &dataset);
     let mut batches = 0;
     for (ours, theirs) in (&mut ours).zip(&mut own) {
         let (ours, theirs) = (ours.unwrap(), theirs.unwrap());
@@ -93,8 +77,8 @@ fn batches_equal_the_loaders_own_in_shape_type_and_value() {
 
 #[test]
 fn the_values_move_into_candle_without_a_copy() {
-    let f = fixture();
-    let mut loader = builder(&f.store, &f.dataset).build().unwrap();
+    let (f, dataset) = fixture();
+    let mut loader = builder(&f.store, &dataset).build().unwrap();
     let batch = loader.next().unwrap().unwrap();
     let at = match &batch.data {
         BatchData::F32(v) => v.as_ptr() as usize,
@@ -112,8 +96,8 @@ fn the_values_move_into_candle_without_a_copy() {
 
 #[test]
 fn each_pass_is_one_epoch_with_every_sample_exactly_once() {
-    let f = fixture();
-    let mut loader = candle(&f.store, &f.dataset);
+    let (f, dataset) = fixture();
+    let mut loader = candle(&f.store, &dataset);
     let all: Vec<u64> = (0..IMAGES as u64).collect();
     let mut orders = Vec::new();
     for epoch in 0..3 {
@@ -129,9 +113,9 @@ fn each_pass_is_one_epoch_with_every_sample_exactly_once() {
 
 #[test]
 fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
-    let f = fixture();
-    let whole = pass(&mut candle(&f.store, &f.dataset));
-    let mut loader = candle(&f.store, &f.dataset);
+    let (f, dataset) = fixture();
+    let whole = pass(&mut candle(&f.store, &dataset));
+    let mut loader = candle(&f.store, &dataset);
     let first: Vec<u64> = loader
         .by_ref()
         .take(2)
@@ -139,7 +123,7 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
         .collect();
     let state = loader.state().unwrap();
     assert_eq!(at(state.clone()), (0, 14));
-    let mut restarted = candle(&f.store, &f.dataset);
+    let mut restarted = candle(&f.store, &dataset);
     restarted.resume(state).unwrap();
     let rest = pass(&mut restarted);
     assert_eq!(
@@ -151,8 +135,8 @@ fn a_checkpoint_resumes_the_epoch_where_it_stopped() {
 
 #[test]
 fn a_storage_error_reaches_the_caller_as_an_error() {
-    let f = fixture();
-    let broken = f.dataset.get(4).unwrap().key.to_string();
+    let (f, dataset) = fixture();
+    let broken = dataset.get(4).unwrap().key.to_string();
     let store: DynStorage = Arc::new(HookedStore::new(Arc::clone(&f.store), {
         let broken = broken.clone();
         move |key| {
@@ -166,7 +150,7 @@ fn a_storage_error_reaches_the_caller_as_an_error() {
             })
         }
     }));
-    let dataset = f.dataset.clone();
+    let dataset = dataset.clone();
     let errors = watchdog::within(
         Duration::from_secs(60),
         "an epoch with a denied key",
@@ -185,10 +169,10 @@ fn a_storage_error_reaches_the_caller_as_an_error() {
 
 #[test]
 fn subsets_are_disjoint_and_cover_the_dataset() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let mut seen = BTreeSet::new();
     for range in [0..10, 10..25, 25..30] {
-        let loader = builder(&f.store, &f.dataset)
+        let loader = builder(&f.store, &dataset)
             .subset(range.clone())
             .build()
             .unwrap();

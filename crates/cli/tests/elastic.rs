@@ -137,11 +137,9 @@ fn three_ranks_stop_two_resume_and_together_read_one_epoch_exactly() {
 
     // Another mixture is refused, naming what changed; --set mixture.new_segment=true
     // continues it.
-    let out = loader()
-        .arg("run")
-        .arg(&a)
-        .arg(&b)
-        .args([
+    let reweighted = || {
+        let mut command = loader();
+        command.arg("run").arg(&a).arg(&b).args([
             "--weights",
             "1,1",
             "--shuffle",
@@ -149,32 +147,20 @@ fn three_ranks_stop_two_resume_and_together_read_one_epoch_exactly() {
             "3",
             "--batch-size",
             "3",
-        ])
-        .arg("--resume")
-        .arg(dir.path().join("state-0.json"))
-        .output()
-        .unwrap();
+        ]);
+        command
+    };
+    let state = dir.path().join("state-0.json");
+    let out = reweighted().arg("--resume").arg(&state).output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("weights (2:1)") && stderr.contains("new_segment"),
         "{stderr}"
     );
-    ok(loader()
-        .arg("run")
-        .arg(&a)
-        .arg(&b)
-        .args([
-            "--weights",
-            "1,1",
-            "--shuffle",
-            "--seed",
-            "3",
-            "--batch-size",
-            "3",
-        ])
+    ok(reweighted()
         .args(["--set", "mixture.new_segment=true", "--resume"])
-        .arg(dir.path().join("state-0.json")));
+        .arg(&state));
 }
 
 fn a_path(dir: &Path) -> std::path::PathBuf {

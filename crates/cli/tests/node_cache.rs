@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Stdio;
 
-use common::{loader, tiny_folder};
+use common::{loader, succeeded, tiny_folder};
 
 #[test]
 fn two_ranks_of_a_node_share_a_cache_directory_and_report_the_nodes_totals() {
@@ -37,12 +37,7 @@ fn two_ranks_of_a_node_share_a_cache_directory_and_report_the_nodes_totals() {
     let reports: Vec<serde_json::Value> = ranks
         .into_iter()
         .map(|child| {
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let out = succeeded(child.wait_with_output().unwrap());
             serde_json::from_slice(&out.stdout).unwrap()
         })
         .collect();

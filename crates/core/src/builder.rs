@@ -147,8 +147,11 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         self
     }
 
-    /// Any index sampler, e.g. a `DistributedSampler` for this rank. Not together with
-    /// `shuffle`, as in PyTorch.
+    /// A caller's own order: any index sampler (the sampler crate's classic ones, or your
+    /// own), e.g. a `DistributedSampler` for this rank. It replaces the global order: a state
+    /// saved with it is a position in that sampler's epoch, resumed with the same sampler
+    /// (not elastically). Not together with `shuffle`,
+    /// as in PyTorch.
     pub fn sampler(mut self, sampler: impl Sampler + 'static) -> Self {
         self.sampler = Some(Arc::new(sampler));
         self
@@ -233,7 +236,7 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// windows, chosen when the run starts, are kept in its state), so a state saved on one
     /// resumes on any other. An epoch's last global batch is shared out evenly (batches
     /// differ by at most one sample); a rank left without a sample repeats one
-    /// ([`Batch::padding`]), so every rank takes as many steps.
+    /// ([`BatchInfo::padding`](crate::BatchInfo::padding)), so every rank takes as many steps.
     pub fn distributed(mut self, rank: usize, world_size: usize) -> Self {
         self.options.rank = rank;
         self.options.world_size = world_size;

@@ -15,7 +15,7 @@ use loader_core::{
     from_url,
 };
 use loader_testkit::watchdog::no_hang;
-use loader_testkit::{DatasetSpec, S3Server};
+use loader_testkit::{Bucket, DatasetSpec, S3Server};
 
 type Loader = DataLoader<(u64, u64), Vec<(u64, u64)>>;
 
@@ -65,32 +65,17 @@ fn counted(server: &S3Server) -> (DynStorage, Arc<StorageMetrics>) {
     (store.into_dyn(), metrics)
 }
 
-/// An ImageFolder of `images` in `classes` on the in-process S3 server, listed through its
-/// counted store. Bind `_root` and `_server` by name: left to `..`, they would be dropped at
-/// once, and the server and its files with them.
-struct Served {
-    _root: tempfile::TempDir,
-    _server: S3Server,
-    store: DynStorage,
-    requests: Arc<StorageMetrics>,
-    dataset: Dataset,
-}
-
-fn image_folder(images: usize, classes: usize) -> Served {
-    let root = tempfile::tempdir().unwrap();
-    DatasetSpec::tiny(images, classes)
-        .write(&root.path().join("data"))
-        .unwrap();
-    let server = S3Server::start(root.path()).unwrap();
-    let (store, requests) = counted(&server);
+/// An ImageFolder of `images` in `classes` on the in-process S3 server (keep the bucket
+/// bound: dropped, its server and files go with it), its store counted, and the dataset
+/// listed through that store.
+fn image_folder(
+    images: usize,
+    classes: usize,
+) -> (Bucket, DynStorage, Arc<StorageMetrics>, Dataset) {
+    let bucket = Bucket::new(&DatasetSpec::tiny(images, classes)).unwrap();
+    let (store, requests) = counted(&bucket.server);
     let dataset = Dataset::image_folder_blocking(&*store).unwrap();
-    Served {
-        _root: root,
-        _server: server,
-        store,
-        requests,
-        dataset,
-    }
+    (bucket, store, requests, dataset)
 }
 
 fn memory_cache(bytes: u64) -> CacheConfig {
@@ -113,13 +98,7 @@ fn disk_cache(dir: &std::path::Path) -> CacheConfig {
 #[test]
 fn image_folder_epoch_two_and_run_two_make_no_request() {
     no_hang("cached image folder", || {
-        let Served {
-            _root,
-            _server,
-            store,
-            requests,
-            dataset,
-        } = image_folder(48, 3);
+        let (_bucket, store, requests, dataset) = image_folder(48, 3);
         let cache_dir = tempfile::tempdir().unwrap();
 
         let mut plain = loader(Arc::clone(&store), dataset.clone(), None, 2);
@@ -210,13 +189,7 @@ fn shards_epoch_two_makes_no_request() {
 #[test]
 fn a_cache_of_half_the_dataset_keeps_what_the_next_epochs_read() {
     no_hang("half cache", || {
-        let Served {
-            _root,
-            _server,
-            store,
-            dataset,
-            ..
-        } = image_folder(200, 4);
+        let (_bucket, store, _, dataset) = image_folder(200, 4);
         let total: u64 = dataset.objects().iter().map(|o| o.size).sum();
         let epochs = 4;
         let mut rates = Vec::new();
@@ -257,13 +230,7 @@ fn a_cache_of_half_the_dataset_keeps_what_the_next_epochs_read() {
 #[test]
 fn cache_hits_are_not_taken_for_the_stores_latency() {
     no_hang("hits apart", || {
-        let Served {
-            _root,
-            _server,
-            store,
-            requests,
-            dataset,
-        } = image_folder(48, 3);
+        let (_bucket, store, requests, dataset) = image_folder(48, 3);
         let latency = Duration::from_millis(30);
         let slow = store.with_latency(Latency::Fixed(latency), 1).into_dyn();
         let config = memory_cache(1 << 30);

@@ -4,13 +4,16 @@
 //! its threads and no request running. One test in its own process: threads are counted
 //! process-wide by name.
 
+mod common;
+
 use std::pin::Pin;
 use std::task::Context;
 use std::time::{Duration, Instant};
 
+use common::thumbnails;
 use futures::Stream;
 use loader_core::scheduler::THREAD_PREFIX;
-use loader_core::{DataLoader, Dataset, Fetch, Pipeline, from_url};
+use loader_core::{DataLoader, Dataset, Fetch, from_url};
 use loader_testkit::watchdog::within;
 use loader_testkit::{DatasetSpec, DelayProxy, ProxyFaults, S3Server};
 
@@ -66,13 +69,7 @@ fn dropping_the_loader_in_every_phase_returns_and_stops_everything() {
                 .batch_size(8)
                 .fetch(fetch)
                 .decode_threads(2)
-                .transform(
-                    Pipeline::builder()
-                        .resize(16)
-                        .center_crop(16)
-                        .build()
-                        .unwrap(),
-                )
+                .transform(thumbnails())
                 .build()
                 .unwrap();
             match phase {

@@ -8,17 +8,20 @@
 //! `LOADER_FAULT_RUNS=N` repeats the randomised tests with N seeds (default 1); RELIABILITY.md
 //! records such runs.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::thumbnails;
 use loader_core::scheduler::{EngineError, ItemFailure, RawBatch, SampleInfo};
 use loader_core::storage::layer::{FaultConfig, RetryConfig};
 use loader_core::storage::{ErrorKind, Storage};
 use loader_core::{
-    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, Pipeline, StorageExt, from_url,
+    DataLoader, Dataset, DynStorage, Error, ErrorPolicy, Fetch, StorageExt, from_url,
 };
 use loader_testkit::HookedStore;
 use loader_testkit::watchdog::within;
@@ -317,13 +320,7 @@ impl Broken {
             .fetch(Fetch::Async { max_in_flight: 8 })
             .decode_threads(2)
             .error_policy(policy)
-            .transform(
-                Pipeline::builder()
-                    .resize(16)
-                    .center_crop(16)
-                    .build()
-                    .unwrap(),
-            )
+            .transform(thumbnails())
             .build()
             .unwrap()
     }

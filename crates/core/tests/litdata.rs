@@ -9,19 +9,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use loader_core::decoder::{DecodeOptions, decode};
 use loader_core::litdata::LitData;
-use loader_core::{
-    DataLoader, Dataset, DynStorage, LoaderOptions, RawBatch, SampleInfo, ShardOrder,
-    SourceContext, from_url,
-};
+use loader_core::{Dataset, LoaderOptions, ShardOrder, SourceContext, from_url};
 use loader_testkit::{DelayProxy, S3Server};
 
-use common::{Outcome, local};
+use common::{Outcome, Seen, copy_tree, cut, flip, local, with_each_fetch, with_each_order};
 
 /// The datasets read as samples (the fourth, `arrow`, is refused).
 const READ: [&str; 4] = ["raw", "framed", "whole", "sample"];
@@ -48,41 +42,18 @@ fn litdata(name: &str) -> LitData {
     }
 }
 
-/// A sample as delivered: (index, label, decoded pixel sum, caption member).
-type Seen = (u64, i64, u64, Option<String>);
-
-fn loader(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilder<Seen, Vec<Seen>> {
-    DataLoader::builder(store, dataset).map(
-        |bytes: Bytes, info: &SampleInfo| {
-            let pixels = decode(&bytes, &DecodeOptions::default())?;
-            let sum = pixels.data.iter().map(|&x| u64::from(x)).sum::<u64>() % (1 << 32);
-            let caption = info
-                .member("caption")
-                .map(|b| String::from_utf8(b.to_vec()).unwrap());
-            Ok((info.index, info.label.class().unwrap_or(-1), sum, caption))
-        },
-        |raw: RawBatch<Seen>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect()),
-    )
-}
-
-fn one_pass(loader: &mut DataLoader<Seen, Vec<Seen>>) -> Vec<Seen> {
-    let mut seen: Vec<Seen> = loader.flat_map(|b| b.unwrap()).collect();
-    seen.sort();
-    seen
-}
-
 fn check(what: &str, want: &[Row], seen: &[Seen]) {
     assert_eq!(seen.len(), want.len(), "{what}: each sample once");
-    for ((index, label, pixels, caption), row) in seen.iter().zip(want) {
-        assert_eq!(*label, row.label, "{what} sample {index}: label");
+    for (seen, row) in seen.iter().zip(want) {
+        let index = seen.index;
+        assert_eq!(seen.label, row.label, "{what} sample {index}: label");
         assert_eq!(
-            Some(*pixels),
-            row.pixel_sum,
+            seen.pixels, row.pixel_sum,
             "{what} sample {index}: pixels as litdata decodes them"
         );
         if what.starts_with("raw") || what.starts_with("sample") {
             assert_eq!(
-                caption.as_deref(),
+                seen.caption.as_deref(),
                 Some(format!("sample {index}").as_str()),
                 "{what}: the other leaves are members"
             );
@@ -101,19 +72,9 @@ fn datasets_written_by_litdata_optimize_read_as_litdata_reads_them_back() {
             .unwrap();
         assert_eq!(dataset.len(), want.len(), "{name}");
         assert!(dataset.shards().len() > 1, "{name}: several chunks");
-        for fetch in [
-            loader_core::Fetch::Async { max_in_flight: 8 },
-            loader_core::Fetch::Threads { threads: 3 },
-        ] {
-            let mut loader = loader(Arc::clone(&store), dataset.clone())
-                .batch_size(7)
-                .shuffle(true)
-                .seed(4)
-                .fetch(fetch)
-                .build()
-                .unwrap();
-            check(name, want, &one_pass(&mut loader));
-        }
+        with_each_fetch(&store, &dataset, true, 4, |fetch, seen| {
+            check(&format!("{name} {fetch}"), want, seen)
+        });
     }
 }
 
@@ -121,14 +82,7 @@ fn datasets_written_by_litdata_optimize_read_as_litdata_reads_them_back() {
 fn litdata_through_s3_behind_the_delay_proxy_in_both_orders() {
     let expected = expected();
     let dir = tempfile::tempdir().unwrap();
-    for name in READ {
-        let to = dir.path().join("lit").join(name);
-        std::fs::create_dir_all(&to).unwrap();
-        for f in std::fs::read_dir(fixtures().join(name)).unwrap() {
-            let f = f.unwrap();
-            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
-        }
-    }
+    copy_tree(&fixtures(), &dir.path().join("lit"));
     let server = S3Server::start(dir.path()).unwrap();
     let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
     for name in READ {
@@ -151,21 +105,8 @@ fn litdata_through_s3_behind_the_delay_proxy_in_both_orders() {
             // 30 items in chunks of 12, 12 and 6, in frames of 4.
             assert_eq!(chunks, 3 + 3 + 2, "a frame is a fetch unit");
         }
-        for order in [ShardOrder::Local, ShardOrder::Global] {
-            let before = proxy.stats().gets;
-            let mut l = loader(Arc::clone(&store), dataset.clone())
-                .batch_size(8)
-                .shuffle(true)
-                .shard_order(order)
-                .epochs(1)
-                .build()
-                .unwrap();
-            check(
-                &format!("{name} {order:?}"),
-                &expected[name],
-                &one_pass(&mut l),
-            );
-            let gets = proxy.stats().gets - before;
+        with_each_order(&store, &dataset, &proxy, true, |order, seen, gets| {
+            check(&format!("{name} {order:?}"), &expected[name], seen);
             match (name, order) {
                 // An item alone is a ranged GET of its own bytes in a global order
                 // (neighbours coalesced): fewer than one per sample.
@@ -175,7 +116,7 @@ fn litdata_through_s3_behind_the_delay_proxy_in_both_orders() {
                 // A run of raw items, a zstd frame or a whole compressed chunk, once.
                 _ => assert_eq!(gets, chunks, "{name} {order:?}: GETs"),
             }
-        }
+        });
     }
 }
 
@@ -252,17 +193,6 @@ fn damaged(
     )
 }
 
-fn flip(file: &'static str, at: usize, mask: u8) -> impl FnOnce(&Path) + Send + 'static {
-    move |d: &Path| {
-        let f = d.join(file);
-        let mut b = std::fs::read(&f).unwrap();
-        if let Some(x) = b.get_mut(at) {
-            *x ^= mask;
-        }
-        std::fs::write(f, b).unwrap();
-    }
-}
-
 #[test]
 fn damaged_indexes_and_chunks_are_errors_naming_the_file_never_panics_or_hangs() {
     let err = damaged(
@@ -303,27 +233,15 @@ fn damaged_indexes_and_chunks_are_errors_naming_the_file_never_panics_or_hangs()
     // A whole compressed chunk damaged: its items fail together, naming the chunk.
     let (loaded, errors) = damaged(
         "whole",
-        |d| {
-            let f = d.join("chunk-0-1.zstd.bin");
-            let b = std::fs::read(&f).unwrap();
-            std::fs::write(f, &b[..b.len() / 2]).unwrap();
-        },
+        cut("chunk-0-1.zstd.bin", |len| len / 2),
         "whole truncated",
     )
     .unwrap();
     assert_eq!((loaded, errors.len()), (18, 12), "{errors:?}");
     assert!(errors[0].contains("chunk-0-1.zstd.bin"), "{errors:?}");
     // A raw chunk cut short: its last item fails, naming the chunk; the others load.
-    let (loaded, errors) = damaged(
-        "raw",
-        |d| {
-            let f = d.join("chunk-0-2.bin");
-            let b = std::fs::read(&f).unwrap();
-            std::fs::write(f, &b[..b.len() - 10]).unwrap();
-        },
-        "truncated",
-    )
-    .unwrap();
+    let (loaded, errors) =
+        damaged("raw", cut("chunk-0-2.bin", |len| len - 10), "truncated").unwrap();
     assert_eq!(loaded, 29, "{errors:?}");
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("chunk-0-2.bin"), "{errors:?}");

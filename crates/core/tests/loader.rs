@@ -13,34 +13,17 @@ use loader_core::{
     LoaderState, MemoryError, Order, Pipeline, StorageExt, from_url,
 };
 use loader_testkit::watchdog::within;
-use loader_testkit::{DatasetSpec, S3Server};
+use loader_testkit::{Bucket, DatasetSpec, S3Server};
 use proptest::prelude::*;
 
 const IMAGES: usize = 40;
 const HANG_LIMIT: Duration = Duration::from_secs(30);
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    server: S3Server,
-    store: DynStorage,
-    dataset: Dataset,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    DatasetSpec::tiny(IMAGES, 4)
-        .with_seed(5)
-        .write(&dir.path().join("data"))
-        .unwrap();
-    let server = S3Server::start(dir.path()).unwrap();
-    let store = from_url("s3://data", server.options()).unwrap();
-    let dataset = Dataset::image_folder_blocking(&*store).unwrap();
-    Fixture {
-        _dir: dir,
-        server,
-        store,
-        dataset,
-    }
+/// The tiny dataset in a bucket of its own, and the dataset listed from it.
+fn fixture() -> (Bucket, Dataset) {
+    let bucket = Bucket::new(&DatasetSpec::tiny(IMAGES, 4).with_seed(5)).unwrap();
+    let dataset = Dataset::image_folder_blocking(&*bucket.store).unwrap();
+    (bucket, dataset)
 }
 
 fn small() -> Pipeline {
@@ -88,12 +71,12 @@ fn run(loader: &mut DataLoader, epochs: usize) -> Vec<(u64, u64, i64, u32)> {
 
 #[test]
 fn every_strategy_delivers_each_sampled_index_once_in_order_with_its_label() {
-    let f = fixture();
-    assert_eq!(f.dataset.len(), IMAGES);
-    assert_eq!(f.dataset.classes().len(), 4);
+    let (f, dataset) = fixture();
+    assert_eq!(dataset.len(), IMAGES);
+    assert_eq!(dataset.classes().len(), 4);
     let mut runs = Vec::new();
     for fetch in strategies() {
-        let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
             .batch_size(6)
             .shuffle(true)
             .seed(11)
@@ -124,7 +107,7 @@ fn every_strategy_delivers_each_sampled_index_once_in_order_with_its_label() {
             );
         }
         for &(_, index, label, _) in &delivered {
-            let item = f.dataset.get(index as usize).unwrap();
+            let item = dataset.get(index as usize).unwrap();
             assert_eq!(item.label, label);
             assert!(
                 item.key.starts_with(&format!("class_{label:03}/")),
@@ -142,9 +125,9 @@ fn every_strategy_delivers_each_sampled_index_once_in_order_with_its_label() {
 
 #[test]
 fn reused_batch_buffers_hold_the_same_values_as_fresh_ones() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let build = || {
-        DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        DataLoader::builder(Arc::clone(&f.store), dataset.clone())
             .batch_size(6)
             .transform(small())
             .build()
@@ -170,8 +153,8 @@ fn reused_batch_buffers_hold_the_same_values_as_fresh_ones() {
 
 #[test]
 fn a_batch_handed_over_as_tensors_keeps_its_values_and_returns_its_buffer() {
-    let f = fixture();
-    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let (f, dataset) = fixture();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .batch_size(6)
         .transform(small())
         .build()
@@ -254,8 +237,8 @@ impl BatchMemory for Lender {
 
 #[test]
 fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
-    let f = fixture();
-    let own: Vec<_> = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let (f, dataset) = fixture();
+    let own: Vec<_> = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .batch_size(6)
         .transform(small())
         .build()
@@ -269,7 +252,7 @@ fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
             back: Arc::clone(&back),
             refuse: None,
         });
-        let builder = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone()).batch_size(6);
+        let builder = DataLoader::builder(Arc::clone(&f.store), dataset.clone()).batch_size(6);
         let builder = if lend_first {
             builder.batch_memory(lender.clone()).transform(small())
         } else {
@@ -314,7 +297,7 @@ fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
         back: Default::default(),
         refuse: Some(1),
     });
-    let builder = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let builder = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .batch_size(6)
         .transform(small())
         .batch_memory(lender);
@@ -338,10 +321,10 @@ fn batches_are_written_into_lent_memory_and_given_back_to_its_lender() {
 
 #[test]
 fn skip_delivers_or_reports_every_index_exactly_once() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let faulty =
         Arc::new(Arc::clone(&f.store).with_faults(FaultConfig::transient(0.15, 21))) as DynStorage;
-    let mut loader = DataLoader::builder(faulty, f.dataset.clone())
+    let mut loader = DataLoader::builder(faulty, dataset.clone())
         .batch_size(8)
         .retry(None) // so faults reach the error policy
         .error_policy(ErrorPolicy::Skip {
@@ -368,7 +351,7 @@ fn skip_delivers_or_reports_every_index_exactly_once() {
 
 #[test]
 fn a_failed_batch_ends_the_pass_names_the_key_and_is_fetched_again_on_resume() {
-    let f = fixture();
+    let (f, _) = fixture();
     let missing = Dataset::from_pairs([
         ("class_000/img_000000.jpg", 0),
         ("class_000/nope.jpg", 0),
@@ -399,9 +382,9 @@ fn a_failed_batch_ends_the_pass_names_the_key_and_is_fetched_again_on_resume() {
 
 #[test]
 fn dropping_mid_epoch_returns() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     for fetch in strategies() {
-        let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
             .batch_size(4)
             .fetch(fetch)
             .transform(small())
@@ -418,9 +401,9 @@ fn dropping_mid_epoch_returns() {
 
 #[test]
 fn nonsense_settings_are_errors() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let build = |b: loader_core::DataLoaderBuilder| b.build().map(|_| ()).unwrap_err().to_string();
-    let base = || DataLoader::builder(Arc::clone(&f.store), f.dataset.clone());
+    let base = || DataLoader::builder(Arc::clone(&f.store), dataset.clone());
     assert!(build(base().batch_size(0)).contains("batch_size"));
     assert!(build(base().prefetch(0)).contains("prefetch"));
     assert!(
@@ -443,8 +426,8 @@ fn nonsense_settings_are_errors() {
 
 #[test]
 fn as_completed_refuses_state() {
-    let f = fixture();
-    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let (f, dataset) = fixture();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .order(Order::AsCompleted)
         .batch_size(8)
         .transform(small())
@@ -460,8 +443,8 @@ fn as_completed_refuses_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loader_is_a_stream_too() {
     use futures::StreamExt;
-    let f = tokio::task::spawn_blocking(fixture).await.unwrap();
-    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let (f, dataset) = tokio::task::spawn_blocking(fixture).await.unwrap();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .batch_size(10)
         .runtime(tokio::runtime::Handle::current())
         .transform(small())
@@ -519,8 +502,8 @@ proptest! {
 
 #[test]
 fn batch_sampler_and_loader_agree_on_length() {
-    let f = fixture();
-    let loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let (f, dataset) = fixture();
+    let loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .batch_size(7)
         .drop_last(true)
         .build()
@@ -648,9 +631,9 @@ fn a_manifest_with_offsets_reads_samples_packed_in_one_file() {
 
 #[test]
 fn a_subset_reads_its_range_once_per_epoch_and_refuses_what_it_cannot_read() {
-    let f = fixture();
+    let (f, dataset) = fixture();
     let build = |range: std::ops::Range<usize>, shuffle| {
-        DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+        DataLoader::builder(Arc::clone(&f.store), dataset.clone())
             .batch_size(4)
             .shuffle(shuffle)
             .seed(9)
@@ -683,7 +666,7 @@ fn a_subset_reads_its_range_once_per_epoch_and_refuses_what_it_cannot_read() {
         let error = build(range, true).unwrap_err().to_string();
         assert!(error.contains("subset"), "{error}");
     }
-    let error = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let error = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .subset(0..10)
         .distributed(0, 2)
         .build()
@@ -693,8 +676,8 @@ fn a_subset_reads_its_range_once_per_epoch_and_refuses_what_it_cannot_read() {
 
 #[test]
 fn to_epoch_start_drops_the_rest_of_an_epoch_but_keeps_a_finished_one() {
-    let f = fixture();
-    let mut loader = DataLoader::builder(Arc::clone(&f.store), f.dataset.clone())
+    let (f, dataset) = fixture();
+    let mut loader = DataLoader::builder(Arc::clone(&f.store), dataset.clone())
         .batch_size(8)
         .shuffle(true)
         .transform(small())

@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use loader_core::decoder::{DecodeOptions, decode};
 use loader_core::mds::Mds;
-use loader_core::{DataLoader, Dataset, DynStorage, RawBatch, SampleInfo, ShardOrder, from_url};
+use loader_core::{DataLoader, RawBatch, SampleInfo, ShardOrder, from_url};
 use loader_testkit::{DelayProxy, S3Server};
 
-use common::{Outcome, local};
+use common::{Outcome, Seen, copy_tree, cut, flip, local, with_each_fetch, with_each_order};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds")
@@ -35,42 +34,22 @@ fn expected() -> BTreeMap<String, Vec<Row>> {
     serde_json::from_slice(&std::fs::read(fixtures().join("expected.json")).unwrap()).unwrap()
 }
 
-/// A sample as delivered: (index, label, image length, byte sum, decoded pixel sum).
-type Seen = (u64, i64, u64, u64, u64);
-
-fn loader(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilder<Seen, Vec<Seen>> {
-    DataLoader::builder(store, dataset).map(
-        |bytes: Bytes, info: &SampleInfo| {
-            let sum = |b: &[u8]| b.iter().map(|&x| u64::from(x)).sum::<u64>() % (1 << 32);
-            let pixels = decode(&bytes, &DecodeOptions::default())?;
-            Ok((
-                info.index,
-                info.label.class().unwrap_or(-1),
-                bytes.len() as u64,
-                sum(&bytes),
-                sum(&pixels.data),
-            ))
-        },
-        |raw: RawBatch<Seen>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect()),
-    )
-}
-
-fn one_pass(loader: &mut DataLoader<Seen, Vec<Seen>>) -> Vec<Seen> {
-    let mut seen: Vec<Seen> = loader.flat_map(|b| b.unwrap()).collect();
-    seen.sort();
-    seen
-}
-
 fn check(what: &str, want: &[Row], seen: &[Seen]) {
     assert_eq!(seen.len(), want.len(), "{what}: each sample once");
-    for ((index, label, len, sum, pixels), row) in seen.iter().zip(want) {
-        assert_eq!(*label, row.label, "{what} sample {index}: label");
+    for (seen, row) in seen.iter().zip(want) {
+        let index = seen.index;
+        assert_eq!(seen.label, row.label, "{what} sample {index}: label");
         if let (Some(l), Some(s)) = (row.image_len, row.image_sum) {
-            assert_eq!((*len, *sum), (l, s), "{what} sample {index}: image bytes");
+            assert_eq!(
+                (seen.len, seen.sum),
+                (l, s),
+                "{what} sample {index}: image bytes"
+            );
         }
         if let Some(p) = row.pixel_sum {
             assert_eq!(
-                *pixels, p,
+                seen.pixels,
+                Some(p),
                 "{what} sample {index}: pixels as PIL decodes them"
             );
         }
@@ -87,19 +66,9 @@ fn datasets_written_by_mdswriter_read_as_streaming_reads_them_back() {
             .unwrap();
         assert_eq!(dataset.len(), want.len(), "{name}");
         assert!(dataset.shards().len() > 1, "{name}: several shards");
-        for fetch in [
-            loader_core::Fetch::Async { max_in_flight: 8 },
-            loader_core::Fetch::Threads { threads: 3 },
-        ] {
-            let mut loader = loader(Arc::clone(&store), dataset.clone())
-                .batch_size(7)
-                .shuffle(true)
-                .seed(4)
-                .fetch(fetch)
-                .build()
-                .unwrap();
-            check(name, want, &one_pass(&mut loader));
-        }
+        with_each_fetch(&store, &dataset, true, 4, |fetch, seen| {
+            check(&format!("{name} {fetch}"), want, seen)
+        });
     }
 }
 
@@ -134,14 +103,7 @@ fn other_columns_are_handed_to_the_stage_as_members() {
 fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
     let expected = expected();
     let dir = tempfile::tempdir().unwrap();
-    for name in ["raw", "zstd"] {
-        let to = dir.path().join("mds").join(name);
-        std::fs::create_dir_all(&to).unwrap();
-        for f in std::fs::read_dir(fixtures().join(name)).unwrap() {
-            let f = f.unwrap();
-            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
-        }
-    }
+    copy_tree(&fixtures(), &dir.path().join("mds"));
     let server = S3Server::start(dir.path()).unwrap();
     let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
     let store = from_url("s3://mds", server.options_for(&proxy.url())).unwrap();
@@ -150,21 +112,8 @@ fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
             .load_blocking(&store, &format!("{name}/index.json"))
             .unwrap();
         let chunks: u64 = dataset.shards().iter().map(|s| s.chunks.len() as u64).sum();
-        for order in [ShardOrder::Local, ShardOrder::Global] {
-            let before = proxy.stats().gets;
-            let mut l = loader(Arc::clone(&store), dataset.clone())
-                .batch_size(8)
-                .shuffle(true)
-                .shard_order(order)
-                .epochs(1)
-                .build()
-                .unwrap();
-            check(
-                &format!("{name} {order:?}"),
-                &expected[name],
-                &one_pass(&mut l),
-            );
-            let gets = proxy.stats().gets - before;
+        with_each_order(&store, &dataset, &proxy, true, |order, seen, gets| {
+            check(&format!("{name} {order:?}"), &expected[name], seen);
             match (name, order) {
                 // A raw sample alone is a ranged GET of its own bytes in a global order
                 // (neighbours coalesced): fewer than one per sample.
@@ -175,7 +124,7 @@ fn mds_through_s3_behind_the_delay_proxy_in_both_orders() {
                 // span the epoch here.
                 _ => assert_eq!(gets, chunks, "{name} {order:?}: GETs"),
             }
-        }
+        });
     }
 }
 
@@ -204,16 +153,7 @@ fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs()
         err.contains("index.json") && err.contains("not an MDS index"),
         "{err}"
     );
-    let err = damaged(
-        |d| {
-            let f = d.join("shard.00001.mds");
-            let mut b = std::fs::read(&f).unwrap();
-            b[0] ^= 1;
-            std::fs::write(f, b).unwrap();
-        },
-        "count",
-    )
-    .unwrap_err();
+    let err = damaged(flip("shard.00001.mds", 0, 1), "count").unwrap_err();
     assert!(
         err.contains("shard.00001.mds") && err.contains("the index says"),
         "{err}"
@@ -222,30 +162,14 @@ fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs()
     // or fail one by one.
     let shard = std::fs::read(fixtures().join("raw/shard.00000.mds")).unwrap();
     for at in (0..120.min(shard.len())).step_by(2) {
-        let outcome = damaged(
-            move |d| {
-                let f = d.join("shard.00000.mds");
-                let mut b = std::fs::read(&f).unwrap();
-                b[at] ^= 0x5a;
-                std::fs::write(f, b).unwrap();
-            },
-            &format!("byte {at}"),
-        );
+        let outcome = damaged(flip("shard.00000.mds", at, 0x5a), &format!("byte {at}"));
         // Opened, every sample is delivered or skipped with its error: none lost.
         if let Ok((loaded, errors)) = outcome {
             assert_eq!(loaded + errors.len(), 30, "byte {at}: {errors:?}");
         }
     }
     // A shard cut short: its last sample fails, naming the shard; the others load.
-    let (loaded, errors) = damaged(
-        |d| {
-            let f = d.join("shard.00002.mds");
-            let b = std::fs::read(&f).unwrap();
-            std::fs::write(f, &b[..b.len() - 10]).unwrap();
-        },
-        "truncated",
-    )
-    .unwrap();
+    let (loaded, errors) = damaged(cut("shard.00002.mds", |len| len - 10), "truncated").unwrap();
     assert_eq!(loaded, 29, "{errors:?}");
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(

@@ -353,6 +353,22 @@ fn totals(reports: &[Report], epochs: std::ops::Range<u64>) -> [u64; 4] {
     sum
 }
 
+/// The sizes of the node's entries, from one epoch of two ranks into a directory that
+/// holds them all.
+fn all_entry_sizes(node: &Node) -> HashMap<u64, u64> {
+    let full = tempfile::tempdir().unwrap();
+    run_node(
+        node,
+        full.path(),
+        64 << 20,
+        CachePolicy::Future,
+        2,
+        1,
+        false,
+    );
+    entry_sizes(node, full.path())
+}
+
 /// Entry file sizes, one per sample (a whole object plus its header).
 fn entry_sizes(node: &Node, cache: &Path) -> HashMap<u64, u64> {
     // Measured from a directory the node filled: the files' sizes by their sample's size.
@@ -504,18 +520,7 @@ fn with_half_the_dataset_the_node_keeps_what_its_ranks_read_next() {
     no_hang("node cache, half the dataset", || {
         let node = node(1600, 1, "data");
         let (world, epochs) = (4, 3);
-        // The entries' sizes, from a directory that holds them all.
-        let full = tempfile::tempdir().unwrap();
-        run_node(
-            &node,
-            full.path(),
-            64 << 20,
-            CachePolicy::Future,
-            2,
-            1,
-            false,
-        );
-        let sizes = entry_sizes(&node, full.path());
+        let sizes = all_entry_sizes(&node);
         let budget = sizes.values().sum::<u64>() / 2;
         let mut rates = Vec::new();
         let mut optimum = 0.0;
@@ -556,19 +561,7 @@ fn ranks_killed_mid_write_leave_nothing_corrupt_over_budget_or_locked() {
     no_hang("node cache, killed ranks", || {
         let node = node(120, 2, "data");
         let cache = tempfile::tempdir().unwrap();
-        let sizes = {
-            let full = tempfile::tempdir().unwrap();
-            run_node(
-                &node,
-                full.path(),
-                64 << 20,
-                CachePolicy::Future,
-                2,
-                1,
-                false,
-            );
-            entry_sizes(&node, full.path())
-        };
+        let sizes = all_entry_sizes(&node);
         let budget = sizes.values().sum::<u64>() * 2 / 3;
         // One entry in flight per process at most (booked, then let go by another process
         // while it is written).

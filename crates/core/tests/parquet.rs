@@ -14,14 +14,13 @@ use loader_core::{
     DataLoader, Dataset, DynStorage, ErrorPolicy, RawBatch, SampleInfo, ShardOrder, from_url,
 };
 use loader_testkit::watchdog::{HANG_LIMIT, within};
+
+mod common;
+use common::{Seen, copy_tree, local, one_pass, reader, with_each_fetch};
 use loader_testkit::{DelayProxy, S3Server};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parquet")
-}
-
-fn local(dir: &Path) -> DynStorage {
-    from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
 }
 
 #[derive(serde::Deserialize, Debug)]
@@ -53,41 +52,26 @@ fn class_of(label: &serde_json::Value) -> i64 {
     }
 }
 
-/// A sample as delivered: (index, label, image length, image byte sum).
-type Seen = (u64, i64, u64, u64);
-
-fn loader(store: DynStorage, dataset: Dataset) -> loader_core::DataLoaderBuilder<Seen, Vec<Seen>> {
-    DataLoader::builder(store, dataset).map(
-        |bytes: Bytes, info: &SampleInfo| {
-            let sum = bytes.iter().map(|&b| u64::from(b)).sum::<u64>() % (1 << 32);
-            Ok((
-                info.index,
-                info.label.class().unwrap_or(-1),
-                bytes.len() as u64,
-                sum,
-            ))
-        },
-        |raw: RawBatch<Seen>| Ok(raw.samples.into_iter().map(|(_, s)| s).collect()),
-    )
-}
-
-fn one_pass(loader: &mut DataLoader<Seen, Vec<Seen>>) -> Vec<Seen> {
-    let mut seen: Vec<Seen> = loader.flat_map(|b| b.unwrap()).collect();
-    seen.sort();
-    seen
-}
-
 fn check(name: &str, dataset: &Dataset, want: &Expected, seen: &[Seen]) {
     assert_eq!(dataset.len(), want.rows.len(), "{name}");
     assert_eq!(seen.len(), want.rows.len(), "{name}: each row once");
-    for ((index, label, len, sum), row) in seen.iter().zip(&want.rows) {
-        assert_eq!(*label, class_of(&row.label), "{name} row {index}: label");
+    for (seen, row) in seen.iter().zip(&want.rows) {
+        let index = seen.index;
         assert_eq!(
-            Some(*len),
+            seen.label,
+            class_of(&row.label),
+            "{name} row {index}: label"
+        );
+        assert_eq!(
+            Some(seen.len),
             row.image_len,
             "{name} row {index}: image length"
         );
-        assert_eq!(Some(*sum), row.image_sum, "{name} row {index}: other bytes");
+        assert_eq!(
+            Some(seen.sum),
+            row.image_sum,
+            "{name} row {index}: other bytes"
+        );
     }
 }
 
@@ -124,19 +108,9 @@ fn files_written_by_pyarrow_and_datasets_read_as_pyarrow_reads_them_back() {
             let rows: Vec<usize> = dataset.shards()[0].chunks.iter().map(|c| c.len()).collect();
             assert!(rows.len() > 2 && rows[0] > rows[1], "{name}: {rows:?}");
         }
-        for fetch in [
-            loader_core::Fetch::Async { max_in_flight: 8 },
-            loader_core::Fetch::Threads { threads: 3 },
-        ] {
-            let mut loader = loader(Arc::clone(&store), dataset.clone())
-                .batch_size(7)
-                .shuffle(true)
-                .seed(3)
-                .fetch(fetch)
-                .build()
-                .unwrap();
-            check(name, &dataset, want, &one_pass(&mut loader));
-        }
+        with_each_fetch(&store, &dataset, false, 3, |fetch, seen| {
+            check(&format!("{name} {fetch}"), &dataset, want, seen)
+        });
     }
 }
 
@@ -191,7 +165,7 @@ fn parquet_through_s3_behind_the_delay_proxy_a_get_per_page_in_file_local_order(
     let units: u64 = dataset.shards().iter().map(|s| s.chunks.len() as u64).sum();
     for order in [ShardOrder::Local, ShardOrder::Global] {
         let before = proxy.stats().gets;
-        let mut loader = loader(Arc::clone(&store), dataset.clone())
+        let mut loader = reader(Arc::clone(&store), dataset.clone(), false)
             .batch_size(8)
             .shuffle(true)
             .seed(9)
@@ -216,7 +190,7 @@ fn parquet_through_s3_behind_the_delay_proxy_a_get_per_page_in_file_local_order(
     }
     // A caller's sampler reads a page once for its rows ahead too, not once per row.
     let before = proxy.stats().gets;
-    let mut sampled = loader(Arc::clone(&store), dataset.clone())
+    let mut sampled = reader(Arc::clone(&store), dataset.clone(), false)
         .batch_size(8)
         .sampler(loader_core::sampler::RandomSampler::new(rows.len(), 3).unwrap())
         .epochs(1)
@@ -263,7 +237,11 @@ fn a_second_open_reads_nothing_from_the_store_until_the_file_changes() {
             .iter()
             .flat_map(|f| expected[*f].rows.clone())
             .collect();
-        let seen = one_pass(&mut loader(Arc::clone(&store), dataset.clone()).build().unwrap());
+        let seen = one_pass(
+            &mut reader(Arc::clone(&store), dataset.clone(), false)
+                .build()
+                .unwrap(),
+        );
         let want = Expected {
             row_groups: 0,
             offset_index: true,
@@ -334,20 +312,6 @@ fn a_second_open_reads_nothing_from_the_store_until_the_file_changes() {
     }
 }
 
-/// Copies `from` (files and folders) into `to`.
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let path = entry.unwrap().path();
-        let dest = to.join(path.file_name().unwrap());
-        if path.is_dir() {
-            copy_tree(&path, &dest);
-        } else {
-            std::fs::copy(&path, &dest).unwrap();
-        }
-    }
-}
-
 #[test]
 fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     // datasets' to_parquet of a dataset built from image files keeps only their paths;
@@ -371,7 +335,7 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
                 loader_core::Fetch::Async { max_in_flight: 8 },
                 loader_core::Fetch::Threads { threads: 3 },
             ] {
-                let mut loader = loader(Arc::clone(&store), dataset.clone())
+                let mut loader = reader(Arc::clone(&store), dataset.clone(), false)
                     .batch_size(7)
                     .shuffle(true)
                     .shard_order(order)
@@ -398,7 +362,7 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     assert_eq!(dataset.get(3).unwrap().key.as_ref(), "images/img003.jpg");
     let before = proxy.stats().gets;
     let seen = one_pass(
-        &mut loader(Arc::clone(&store), dataset.clone())
+        &mut reader(Arc::clone(&store), dataset.clone(), false)
             .shuffle(true)
             // One epoch (an endless loader reads the next one ahead), no hedges: every
             // GET counted is a first read.
@@ -420,7 +384,7 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     for order in [ShardOrder::Local, ShardOrder::Global] {
         let before = proxy.stats().gets;
         let seen = one_pass(
-            &mut loader(Arc::clone(&store), mixed.clone())
+            &mut reader(Arc::clone(&store), mixed.clone(), false)
                 .shuffle(true)
                 .shard_order(order)
                 .epochs(1)
@@ -625,7 +589,7 @@ fn a_row_without_an_image_is_an_error_naming_file_and_row_or_a_skip() {
         .load_blocking(&store, &["pa-null-image.parquet".into()])
         .unwrap();
     assert_eq!(dataset.len(), 40);
-    let mut failing = loader(Arc::clone(&store), dataset.clone())
+    let mut failing = reader(Arc::clone(&store), dataset.clone(), false)
         .batch_size(40)
         .build()
         .unwrap();
@@ -633,14 +597,14 @@ fn a_row_without_an_image_is_an_error_naming_file_and_row_or_a_skip() {
     assert!(err.contains("pa-null-image.parquet"), "{err}");
     assert!(err.contains("row 5"), "{err}");
     assert!(err.contains("null"), "{err}");
-    let mut skipping = loader(store, dataset)
+    let mut skipping = reader(store, dataset, false)
         .batch_size(8)
         .error_policy(ErrorPolicy::Skip { max_failures: 1 })
         .build()
         .unwrap();
     let seen = one_pass(&mut skipping);
     assert_eq!(seen.len(), 39);
-    assert!(seen.iter().all(|s| s.0 != 5));
+    assert!(seen.iter().all(|s| s.index != 5));
 }
 
 /// Opens `bytes` as a Parquet file and reads every sample once, under the watchdog: the
@@ -662,7 +626,7 @@ fn open_and_read(bytes: Vec<u8>, what: &str) -> Result<Vec<Result<(), String>>, 
         }
         let dataset = dataset?;
         let n = dataset.len();
-        let mut loader = loader(store, dataset)
+        let mut loader = reader(store, dataset, false)
             .batch_size(4)
             .error_policy(ErrorPolicy::Skip {
                 max_failures: usize::MAX,

@@ -12,16 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::stream::BoxStream;
+use futures::FutureExt;
+use loader_core::storage::ErrorKind;
 use loader_core::storage::layer::CacheConfig;
-use loader_core::storage::{ErrorKind, ObjectMeta};
 use loader_core::webdataset::{SIDECAR_SUFFIX, ShardIndex, WebDataset, write_atomically};
 use loader_core::{
     DataLoader, Dataset, DynStorage, ErrorPolicy, LoaderState, RawBatch, SampleInfo, Storage,
     StorageExt, from_url,
 };
 use loader_testkit::watchdog::no_hang;
-use loader_testkit::{DatasetSpec, HttpServer, S3Server};
+use loader_testkit::{DatasetSpec, HookedStore, HttpServer, S3Server};
 
 fn local(dir: &Path) -> DynStorage {
     from_url(&dir.to_string_lossy(), Vec::<(String, String)>::new()).unwrap()
@@ -400,49 +400,33 @@ fn a_stale_sidecar_is_not_trusted_over_http() {
     );
 }
 
-/// One shard's ranged reads fail at once; the others' take a while.
-#[derive(Debug)]
-struct OneBadShard {
-    inner: DynStorage,
-}
-
-#[async_trait::async_trait]
-impl Storage for OneBadShard {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get_opts(
-        &self,
-        key: &str,
-        options: loader_core::storage::GetOptions,
-    ) -> loader_core::storage::Result<loader_core::storage::GetResult> {
-        if options.range.is_some() {
-            if key == "shard-000000.tar" {
-                return Err(loader_core::storage::Error::new(
+/// `inner` whose first shard's ranged reads fail at once; the others' take a while.
+fn one_bad_shard(inner: DynStorage) -> DynStorage {
+    let backend = inner.name().to_owned();
+    Arc::new(HookedStore::before_get(inner, move |key, options| {
+        let bad = key == "shard-000000.tar";
+        let name = backend.clone();
+        let key = key.to_owned();
+        let ranged = options.range.is_some();
+        async move {
+            if !ranged {
+                return None;
+            }
+            if bad {
+                return Some(Err(loader_core::storage::Error::new(
                     ErrorKind::Other,
-                    self.name(),
+                    name,
                     key,
                     "an HTML page, not a tar",
-                ));
+                )));
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
+            None
         }
-        self.inner.get_opts(key, options).await
-    }
-    async fn head(&self, key: &str) -> loader_core::storage::Result<ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> BoxStream<'a, loader_core::storage::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
+        .boxed()
+    }))
 }
 
-// Defect 21: when one shard's scan failed, `indexes()` returned at once and the caller's
-// runtime was dropped while the other scans still read through it: tokio's threads
-// panicked.
 #[test]
 fn a_failed_scan_stops_the_others_before_the_runtime_goes() {
     let dir = tempfile::tempdir().unwrap();
@@ -450,9 +434,7 @@ fn a_failed_scan_stops_the_others_before_the_runtime_goes() {
         .write_shards(dir.path(), 8)
         .unwrap();
     let shards: Vec<String> = (0..8).map(|s| format!("shard-{s:06}.tar")).collect();
-    let store: DynStorage = Arc::new(OneBadShard {
-        inner: local(dir.path()),
-    });
+    let store = one_bad_shard(local(dir.path()));
     let panics = Arc::new(Mutex::new(Vec::<String>::new()));
     let seen = Arc::clone(&panics);
     let default_hook = std::panic::take_hook();

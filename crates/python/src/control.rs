@@ -29,7 +29,7 @@ pub struct Delivered {
     /// Where the batch starts in its epoch, for a loader of parts: Python batches the
     /// decoded fields after the loader has moved past it, and rewinds here when that fails.
     pub position: Option<u64>,
-    /// Samples at the end that repeat other ranks' (see `Batch::padding`).
+    /// Samples at the end that repeat other ranks' (see `BatchInfo::padding`).
     pub padding: usize,
 }
 

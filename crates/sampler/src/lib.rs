@@ -1,70 +1,82 @@
-//! Index samplers: the order in which a dataset's items are read, epoch by epoch.
+//! The order in which a run's samples are read, epoch by epoch.
 //!
-//! Every sampler computes an epoch's order from `(seed, epoch)` alone, with no global RNG,
-//! so the same run gives the same order on any machine, and a [`SamplerState`] (epoch and
-//! position) is all a checkpoint needs to resume exactly.
+//! [`GlobalOrder`] is what a loader reads by: one order of every source of a run (a
+//! weighted mixture, shards read in lanes), a pure function of the seed and the mixture,
+//! the same on any world size, cut into global batches that ranks share, so a run resumes
+//! exactly once on another number of ranks. Every order is computed from `(seed, epoch)`
+//! alone, with no global RNG: the same run gives the same order on any machine.
 //!
 //! ```
-//! use loader_sampler::{BatchSampler, DistributedSampler, RandomSampler, Sampler, SamplerState};
+//! use loader_sampler::{GlobalOrder, SourceKind, SourceOrder, StopRule, Stripe};
 //!
-//! // A shuffled epoch of 10 items.
+//! // Two sources mixed 3:1, each shuffled, seed 7.
+//! let order = GlobalOrder::new(
+//!     vec![
+//!         SourceOrder::new(30, SourceKind::Shuffled, 0).unwrap(),
+//!         SourceOrder::new(10, SourceKind::Shuffled, 1).unwrap(),
+//!     ],
+//!     vec![3, 1],
+//!     StopRule::FirstExhausted,
+//!     7,
+//! )
+//! .unwrap();
+//! let epoch = order.epoch(0).unwrap();
+//! // What 2 ranks read of global batches of 8, and what 4 ranks read: the same samples.
+//! let read = |world| {
+//!     let mut all: Vec<(usize, u64)> = (0..world)
+//!         .flat_map(|rank| epoch.rank_batches(0, Stripe { rank, world, batch_size: 8 }, true))
+//!         .flat_map(|batch| batch.reads)
+//!         .map(|read| (read.draw.source, read.draw.sample))
+//!         .collect();
+//!     all.sort();
+//!     all
+//! };
+//! assert_eq!(read(2), read(4));
+//! ```
+//!
+//! # Rooms
+//!
+//! `global/` is the order a loader reads by (see its module doc for its rooms). `classic/`
+//! holds PyTorch's classic index samplers (`sequential`, `random`, `subset`, `weighted`,
+//! `distributed`, `block`, `shard`, and `batch` to cut any of them into batches), one per
+//! file, for a caller's own order: `DataLoaderBuilder::sampler` takes any [`Sampler`].
+//! `rng` is the seeded stream they all share.
+//!
+//! ```
+//! use loader_sampler::{BatchSampler, RandomSampler, Sampler, SamplerState};
+//!
+//! // A shuffled epoch of 10 items; stop after 4, checkpoint, resume: nothing lost or repeated.
 //! let random = RandomSampler::new(10, 42).unwrap();
 //! let order: Vec<usize> = random.epoch(0).collect();
-//! assert_eq!(order.len(), 10);
-//! assert_ne!(order, random.epoch(1).collect::<Vec<_>>()); // a new epoch, a new order
-//!
-//! // Stop after 4 items, checkpoint the state, resume later: nothing lost or repeated.
 //! let mut it = random.epoch(0);
 //! let head: Vec<usize> = it.by_ref().take(4).collect();
 //! let state: SamplerState = it.state();
 //! let tail: Vec<usize> = random.resume(state).collect();
 //! assert_eq!([head, tail].concat(), order);
 //!
-//! // Rank 1 of 4 with shuffling, as a launcher numbers them.
-//! let rank1 = DistributedSampler::new(10, 1, 4).shuffle(true).seed(42).build().unwrap();
-//! assert_eq!(rank1.len(), 3); // ceil(10 / 4), padded from the start of the order
-//!
 //! // Batches of 4 over any sampler.
 //! let batches: Vec<Vec<usize>> = BatchSampler::new(random, 4, false).epoch(0).collect();
 //! assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 2]);
 //! ```
-//!
-//! # Rooms
-//!
-//! One sampler per file (`sequential`, `random`, `subset`, `weighted`, `distributed`,
-//! `block`, `shard`), each a pure function of (seed, epoch) resumable at any position;
-//! `batch` cuts any of them into batches; `rng` is the seeded stream they share. `global/`
-//! is the order a loader reads by: one order of every source of a run, independent of the
-//! world size, with random access, cut into global batches that ranks share.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-mod batch;
-mod block;
-mod distributed;
+mod classic;
 mod global;
-mod random;
 mod rng;
-mod sequential;
-mod shard;
-mod subset;
-mod weighted;
 
-pub use batch::{BatchIter, BatchSampler};
-pub use block::BlockShuffleSampler;
-pub use distributed::{DistributedBuilder, DistributedSampler};
+pub use classic::{
+    BatchIter, BatchSampler, BlockShuffleSampler, DistributedBuilder, DistributedSampler,
+    RandomSampler, ReplacementSampler, SequentialSampler, ShardSampler, ShardSamplerBuilder,
+    SubsetSampler, WeightedSampler,
+};
 pub use global::{
     Batching, DEFAULT_LANES, DEFAULT_WINDOW_CHUNKS, Draw, Draws, EpochOrder, GlobalOrder,
     Interleave, Permutation, RankBatch, RankBatches, RankRead, Segment, Share, SourceEpoch,
     SourceKind, SourceOrder, StopRule, Stripe,
 };
-pub use random::{RandomSampler, ReplacementSampler};
-pub use sequential::SequentialSampler;
-pub use shard::{ShardSampler, ShardSamplerBuilder};
-pub use subset::SubsetSampler;
-pub use weighted::WeightedSampler;
 
 /// A sampler's configuration was not acceptable.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use loader_scheduler::{Config, Fetch, LimitReason, Summary};
 use loader_storage::layer::{Latency, RetryConfig};
 use loader_storage::{DynStorage, StorageExt};
+use loader_testkit::HookedStore;
 
 mod support;
 
@@ -99,63 +101,36 @@ fn a_fixed_limit_stays_fixed() {
     assert!(summary.peak_in_flight <= 16);
 }
 
-/// Throttles the first read of `00000` and holds the second until `release`; the other
-/// objects pass.
-#[derive(Debug)]
-struct ThrottledThenHeld {
-    inner: DynStorage,
-    first: std::sync::atomic::AtomicBool,
-    release: Arc<tokio::sync::Notify>,
-}
-
-#[async_trait::async_trait]
-impl loader_storage::Storage for ThrottledThenHeld {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get_opts(
-        &self,
-        key: &str,
-        options: loader_storage::GetOptions,
-    ) -> loader_storage::Result<loader_storage::GetResult> {
-        if key == "00000" {
-            if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                return Err(loader_storage::Error::new(
+/// `inner` that throttles the first read of `00000` and holds the second until `release`;
+/// the other objects pass.
+fn throttled_then_held(inner: DynStorage, release: Arc<tokio::sync::Notify>) -> HookedStore {
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let backend = inner.name().to_owned();
+    HookedStore::before_get(inner, move |key, _| {
+        let (first, release, backend) = (Arc::clone(&first), Arc::clone(&release), backend.clone());
+        let key = (key == "00000").then(|| key.to_owned());
+        async move {
+            let key = key?;
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return Some(Err(loader_storage::Error::new(
                     loader_storage::ErrorKind::Throttled,
-                    self.name(),
+                    backend,
                     key,
                     "slow down",
-                ));
+                )));
             }
-            self.release.notified().await;
+            release.notified().await;
+            None
         }
-        self.inner.get_opts(key, options).await
-    }
-    async fn head(&self, key: &str) -> loader_storage::Result<loader_storage::ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> futures::stream::BoxStream<'a, loader_storage::Result<loader_storage::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
+        .boxed()
+    })
 }
 
-// The in-flight limit and the hedger's stall guard read the engine's throttling count:
-// it must rise while the throttled request still backs off, not when its retries end.
-// The request's retry is held until the engine's metrics show the throttling, so this
-// test hangs (and the watchdog fails it) if they learn it only from the result; and the
-// total afterwards is 1, not counted twice.
 #[test]
 fn the_engine_hears_of_throttling_while_the_request_still_backs_off() {
     let (_dir, inner) = files(8);
     let release = Arc::new(tokio::sync::Notify::new());
-    let held = ThrottledThenHeld {
-        inner,
-        first: std::sync::atomic::AtomicBool::new(true),
-        release: Arc::clone(&release),
-    };
+    let held = throttled_then_held(inner, Arc::clone(&release));
     let retry = RetryConfig {
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(2),

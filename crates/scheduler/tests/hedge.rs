@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream::BoxStream;
+use futures::FutureExt;
 use loader_scheduler::{Config, Fetch, Hedge, Summary};
 use loader_storage::layer::Latency;
-use loader_storage::{DynStorage, ObjectMeta, Storage, StorageExt};
+use loader_storage::{DynStorage, StorageExt};
+use loader_testkit::HookedStore;
 use proptest::prelude::*;
 
 mod support;
@@ -30,47 +31,29 @@ fn drain(store: DynStorage, count: u64, batch: u64, hedge: Hedge) -> (Vec<u64>, 
     support::drain(store, count, batch, config)
 }
 
-/// The first request for every `every`-th object, after the first `after`, stalls for a
-/// minute; the others (its hedge among them) pass.
-#[derive(Debug)]
-struct Stalling {
-    inner: DynStorage,
-    every: u64,
-    after: u64,
-    asked: Mutex<HashSet<String>>,
-    stalled: AtomicU64,
-}
-
-impl Stalling {
-    async fn maybe_stall(&self, key: &str) {
-        let first = self.asked.lock().unwrap().insert(key.to_owned());
+/// `inner` where the first request for every `every`-th object, after the first `after`,
+/// stalls for a minute; the others (its hedge among them) pass. The counter says how many
+/// stalled.
+fn stalling(inner: DynStorage, every: u64, after: u64) -> (DynStorage, Arc<AtomicU64>) {
+    let asked = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let stalled = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&stalled);
+    let store = HookedStore::before_get(inner, move |key, _| {
+        let first = asked.lock().unwrap().insert(key.to_owned());
         let index: u64 = key.parse().unwrap();
-        if first && index >= self.after && index.is_multiple_of(self.every) {
-            self.stalled.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_secs(60)).await;
+        let stall = first && index >= after && index.is_multiple_of(every);
+        if stall {
+            counted.fetch_add(1, Ordering::Relaxed);
         }
-    }
-}
-
-#[async_trait::async_trait]
-impl Storage for Stalling {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get_opts(
-        &self,
-        key: &str,
-        options: loader_storage::GetOptions,
-    ) -> loader_storage::Result<loader_storage::GetResult> {
-        self.maybe_stall(key).await;
-        self.inner.get_opts(key, options).await
-    }
-    async fn head(&self, key: &str) -> loader_storage::Result<ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(&'a self, prefix: &'a str) -> BoxStream<'a, loader_storage::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
+        async move {
+            if stall {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            None
+        }
+        .boxed()
+    });
+    (Arc::new(store), stalled)
 }
 
 #[test]
@@ -82,14 +65,7 @@ fn a_stalled_request_is_answered_by_its_hedge_and_the_stall_is_cancelled() {
     // One object in 50 stalls for a minute once the hedger has seen enough latencies:
     // without hedges this epoch would take many minutes (and trip the watchdog); with
     // them, each stalled request is answered by its hedge.
-    let stalling = Arc::new(Stalling {
-        inner,
-        every: 50,
-        after: 200,
-        asked: Mutex::default(),
-        stalled: AtomicU64::new(0),
-    });
-    let store: DynStorage = Arc::clone(&stalling) as DynStorage;
+    let (store, stalled) = stalling(inner, 50, 200);
     let hedge = Hedge {
         quantile: 0.9,
         budget: 0.1,
@@ -100,7 +76,7 @@ fn a_stalled_request_is_answered_by_its_hedge_and_the_stall_is_cancelled() {
     };
     let (seen, summary, in_flight) = drain(store, count as u64, 32, hedge);
     assert_eq!(seen, (0..count as u64).collect::<Vec<_>>());
-    let stalled = stalling.stalled.load(Ordering::Relaxed);
+    let stalled = stalled.load(Ordering::Relaxed);
     assert_eq!(stalled, 16, "objects 200, 250, ..., 950");
     assert!(summary.hedges_won >= stalled, "{summary}");
     assert!(
@@ -122,20 +98,13 @@ fn stalls_are_rescued_before_the_quantile_is_known_and_without_budget() {
     let (_dir, inner) = files(count);
     let inner: DynStorage =
         Arc::new(inner.with_latency(Latency::Fixed(Duration::from_millis(2)), 1));
-    let stalling = Arc::new(Stalling {
-        inner,
-        every: 40,
-        after: 0,
-        asked: Mutex::default(),
-        stalled: AtomicU64::new(0),
-    });
-    let store: DynStorage = Arc::clone(&stalling) as DynStorage;
+    let (store, stalled) = stalling(inner, 40, 0);
     // As a loader is configured by default.
     let hedge = Config::default().hedge.unwrap();
     assert_eq!(hedge.budget, 0.0, "no tail hedging by default");
     let (seen, summary, in_flight) = drain(store, count as u64, 32, hedge);
     assert_eq!(seen, (0..count as u64).collect::<Vec<_>>());
-    let stalled = stalling.stalled.load(Ordering::Relaxed);
+    let stalled = stalled.load(Ordering::Relaxed);
     assert_eq!(stalled, 15, "objects 0, 40, ..., 560");
     assert_eq!(summary.stalls_hedged, stalled, "{summary}");
     assert!(summary.hedges_won >= stalled, "{summary}");

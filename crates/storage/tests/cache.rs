@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::TryStreamExt;
 use loader_storage::layer::{CacheConfig, CachePolicy, CacheStore, Latency, MetricsStore};
 use loader_storage::{DynStorage, Storage, StorageExt, from_url};
-use loader_testkit::S3Server;
 use loader_testkit::disk_usage::{du, walk};
 use loader_testkit::watchdog::no_hang;
+use loader_testkit::{HookedStore, S3Server};
 
 const BUCKET: &str = "data";
 
@@ -51,6 +52,19 @@ fn config(dir: &Path, memory: u64, disk: u64) -> CacheConfig {
         policy: CachePolicy::Future,
         ..CacheConfig::default()
     }
+}
+
+/// The local store of `data` under a disk cache of 1 MiB in `cache` (no memory tier).
+fn on_disk(data: &Path, cache: &Path) -> CacheStore<DynStorage> {
+    local(data).with_cache(config(cache, 0, 1 << 20)).unwrap()
+}
+
+/// Flips the last bit of `file`: damage only its checksum can tell.
+fn flip_last_bit(file: &Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(file, bytes).unwrap();
 }
 
 fn entry_files(dir: &Path) -> Vec<PathBuf> {
@@ -118,9 +132,7 @@ fn an_object_rewritten_under_the_cache_is_fetched_again() {
         let cache_dir = tempfile::tempdir().unwrap();
         let path = data.path().join(BUCKET).join(&keys[1]);
         rt().block_on(async {
-            let store = local(data.path())
-                .with_cache(config(cache_dir.path(), 0, 1 << 20))
-                .unwrap();
+            let store = on_disk(data.path(), cache_dir.path());
             for key in &keys {
                 store.get(key).await.unwrap();
             }
@@ -128,9 +140,7 @@ fn an_object_rewritten_under_the_cache_is_fetched_again() {
             // Another size and another mtime: the next run's view differs from the entry's.
             std::thread::sleep(Duration::from_millis(20));
             std::fs::write(&path, b"rewritten").unwrap();
-            let store = local(data.path())
-                .with_cache(config(cache_dir.path(), 0, 1 << 20))
-                .unwrap();
+            let store = on_disk(data.path(), cache_dir.path());
             // No listing: the cache asks for the object's size and version once.
             assert_eq!(store.get(&keys[1]).await.unwrap().as_ref(), b"rewritten");
             assert_eq!(store.get(&keys[0]).await.unwrap(), bytes_of(0, 1000));
@@ -141,9 +151,7 @@ fn an_object_rewritten_under_the_cache_is_fetched_again() {
             drop(store);
             std::thread::sleep(Duration::from_millis(20));
             std::fs::write(&path, b"REWRITTEN").unwrap();
-            let store = local(data.path())
-                .with_cache(config(cache_dir.path(), 0, 1 << 20))
-                .unwrap();
+            let store = on_disk(data.path(), cache_dir.path());
             assert_eq!(store.get(&keys[1]).await.unwrap().as_ref(), b"REWRITTEN");
         });
     });
@@ -156,11 +164,7 @@ fn a_corrupted_entry_file_is_detected_and_fetched_again() {
         let keys = objects(data.path(), 4, 3000);
         let cache_dir = tempfile::tempdir().unwrap();
         rt().block_on(async {
-            let open = || {
-                local(data.path())
-                    .with_cache(config(cache_dir.path(), 0, 1 << 20))
-                    .unwrap()
-            };
+            let open = || on_disk(data.path(), cache_dir.path());
             let store = open();
             for key in &keys {
                 store.get(key).await.unwrap();
@@ -169,10 +173,7 @@ fn a_corrupted_entry_file_is_detected_and_fetched_again() {
             let files = entry_files(cache_dir.path());
             assert_eq!(files.len(), keys.len());
             // One bit flipped in one file, another file cut short.
-            let mut bytes = std::fs::read(&files[0]).unwrap();
-            let last = bytes.len() - 1;
-            bytes[last] ^= 1;
-            std::fs::write(&files[0], bytes).unwrap();
+            flip_last_bit(&files[0]);
             let bytes = std::fs::read(&files[1]).unwrap();
             std::fs::write(&files[1], &bytes[..bytes.len() / 2]).unwrap();
             let store = open();
@@ -198,19 +199,12 @@ fn a_damaged_file_read_by_racing_readers_is_counted_once() {
         let keys = objects(data.path(), 1, 3000);
         let cache_dir = tempfile::tempdir().unwrap();
         rt().block_on(async {
-            let open = || {
-                local(data.path())
-                    .with_cache(config(cache_dir.path(), 0, 1 << 20))
-                    .unwrap()
-            };
+            let open = || on_disk(data.path(), cache_dir.path());
             let store = open();
             store.get(&keys[0]).await.unwrap();
             drop(store);
             let files = entry_files(cache_dir.path());
-            let mut bytes = std::fs::read(&files[0]).unwrap();
-            let last = bytes.len() - 1;
-            bytes[last] ^= 1;
-            std::fs::write(&files[0], bytes).unwrap();
+            flip_last_bit(&files[0]);
             let store = open();
             let reads = (0..8).map(|_| store.get(&keys[0]));
             for read in futures::future::join_all(reads).await {
@@ -222,37 +216,19 @@ fn a_damaged_file_read_by_racing_readers_is_counted_once() {
     });
 }
 
-/// A store whose first read never answers (a response lost by the network).
-#[derive(Debug)]
-struct FirstReadLost {
-    inner: DynStorage,
-    lost: AtomicBool,
-}
-
-#[async_trait::async_trait]
-impl Storage for FirstReadLost {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn get_opts(
-        &self,
-        key: &str,
-        options: loader_storage::GetOptions,
-    ) -> loader_storage::Result<loader_storage::GetResult> {
-        if !self.lost.swap(true, Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+/// `inner` whose first read never answers (a response lost by the network).
+fn first_read_lost(inner: DynStorage) -> HookedStore {
+    let lost = Arc::new(AtomicBool::new(false));
+    HookedStore::before_get(inner, move |_, _| {
+        let first = !lost.swap(true, Ordering::SeqCst);
+        async move {
+            if first {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            None
         }
-        self.inner.get_opts(key, options).await
-    }
-    async fn head(&self, key: &str) -> loader_storage::Result<loader_storage::ObjectMeta> {
-        self.inner.head(key).await
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> futures::stream::BoxStream<'a, loader_storage::Result<loader_storage::ObjectMeta>> {
-        self.inner.list(prefix)
-    }
+        .boxed()
+    })
 }
 
 // Issue 25, review: the cache serves concurrent reads of one entry with one request, so a
@@ -264,16 +240,13 @@ fn a_hedge_is_not_joined_to_the_stalled_request_it_overtakes() {
         let keys = objects(data.path(), 1, 5000);
         rt().block_on(async {
             let store = Arc::new(
-                FirstReadLost {
-                    inner: local(data.path()),
-                    lost: AtomicBool::new(false),
-                }
-                .with_cache(CacheConfig {
-                    dir: None,
-                    memory_bytes: 1 << 20,
-                    ..CacheConfig::default()
-                })
-                .unwrap(),
+                first_read_lost(local(data.path()))
+                    .with_cache(CacheConfig {
+                        dir: None,
+                        memory_bytes: 1 << 20,
+                        ..CacheConfig::default()
+                    })
+                    .unwrap(),
             );
             let lost = {
                 let (store, key) = (Arc::clone(&store), keys[0].clone());

@@ -1,19 +1,22 @@
 //! A store that passes every request to another, except the `get`s a hook decides to answer
-//! itself: how tests stand in for a backend with a bug (a panic), a flaky key or a bucket
-//! policy, without writing a whole `Storage` each time.
+//! itself: how tests stand in for a backend with a bug (a panic), a flaky key, a stalled
+//! request or a bucket policy, without writing a whole `Storage` each time.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use loader_storage::{DynStorage, GetOptions, GetResult, ObjectMeta, Result, Storage};
 
-type Hook = Arc<dyn Fn(&str) -> Option<Result<Bytes>> + Send + Sync>;
+type Hook =
+    Arc<dyn Fn(&str, &GetOptions) -> BoxFuture<'static, Option<Result<GetResult>>> + Send + Sync>;
 
-/// `inner` with `get(key)` first put to a hook: `Some(answer)` is returned instead of
-/// reading (the hook may also panic, as a buggy backend does), `None` reads through.
+/// `inner` with every `get` first put to a hook: `Some(answer)` is returned instead of
+/// reading (the hook may also wait, or panic, as a buggy backend does), `None` reads through.
 pub struct HookedStore {
     inner: DynStorage,
     name: String,
@@ -29,10 +32,30 @@ impl fmt::Debug for HookedStore {
 }
 
 impl HookedStore {
-    /// Wrap `inner`, keeping its name.
+    /// Wrap `inner`, keeping its name; whole-object reads go through `hook`, ranged reads
+    /// straight to `inner`.
     pub fn new(
         inner: DynStorage,
         hook: impl Fn(&str) -> Option<Result<Bytes>> + Send + Sync + 'static,
+    ) -> Self {
+        Self::before_get(inner, move |key, options| {
+            let answer = match options.range {
+                None => hook(key).map(|answer| answer.map(GetResult::new)),
+                Some(_) => None,
+            };
+            futures::future::ready(answer).boxed()
+        })
+    }
+
+    /// Wrap `inner`, keeping its name; every read, whole or ranged, first awaits what `hook`
+    /// returns for its key and options (a stall, a count, an error), and is answered by it
+    /// when that is `Some`.
+    pub fn before_get(
+        inner: DynStorage,
+        hook: impl Fn(&str, &GetOptions) -> BoxFuture<'static, Option<Result<GetResult>>>
+        + Send
+        + Sync
+        + 'static,
     ) -> Self {
         Self {
             name: inner.name().to_owned(),
@@ -53,12 +76,9 @@ impl Storage for HookedStore {
     fn name(&self) -> &str {
         &self.name
     }
-    /// Whole-object reads go through the hook; ranged reads straight to the inner store.
     async fn get_opts(&self, key: &str, options: GetOptions) -> Result<GetResult> {
-        if options.range.is_none()
-            && let Some(answer) = (self.hook)(key)
-        {
-            return answer.map(GetResult::new);
+        if let Some(answer) = (self.hook)(key, &options).await {
+            return answer;
         }
         self.inner.get_opts(key, options).await
     }

@@ -30,6 +30,7 @@
 //! scripts), `watchdog` (a call that must return in time), `threads`, `background`.
 
 mod background;
+mod bucket;
 mod dataset;
 pub mod disk_usage;
 mod hooked;
@@ -40,6 +41,7 @@ mod s3_dir;
 mod threads;
 pub mod watchdog;
 
+pub use bucket::Bucket;
 pub use dataset::{DatasetItem, DatasetSpec};
 pub use hooked::HookedStore;
 pub use http::HttpServer;

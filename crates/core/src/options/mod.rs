@@ -37,9 +37,9 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How a dataset stored in shards is shuffled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ShardOrder {
-    /// Shards in a random order, samples shuffled within a buffer of a few chunks, each
-    /// chunk read with one request ([`ShardSampler`](loader_sampler::ShardSampler)); the
-    /// default.
+    /// Shards in a random order, read in lanes, samples shuffled within a window of a few
+    /// chunks, each chunk read with one request (the global order's
+    /// [`SourceKind::ShardLocal`](loader_sampler::SourceKind::ShardLocal)); the default.
     #[default]
     Local,
     /// Every sample of every shard in one random permutation: one ranged request per

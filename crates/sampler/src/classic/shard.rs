@@ -4,8 +4,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::distributed::check_rank;
-use crate::random::walk;
+use super::distributed::check_rank;
+use super::random::walk;
 use crate::rng::{epoch_rng, mix, shuffle};
 use crate::{Indices, Sampler, SamplerError};
 
