@@ -51,27 +51,17 @@ pub(crate) fn coalesce(items: &mut [WorkItem], gap: u64, max: u64) {
 
 #[cfg(test)]
 mod tests {
-    use std::ops::Range;
-
     use super::*;
-
-    fn ranged(key: &str, r: Range<u64>) -> WorkItem {
-        WorkItem {
-            key: key.into(),
-            range: Some(r),
-            ..WorkItem::default()
-        }
-    }
 
     #[test]
     fn neighbours_of_one_object_share_a_request_others_do_not() {
         let mut items = vec![
-            ranged("a", 0..100),
-            ranged("a", 150..200),   // gap 50
-            ranged("a", 1000..1100), // gap 800: a new run
-            ranged("b", 1100..1200), // another object
+            WorkItem::ranged("a", 0..100),
+            WorkItem::ranged("a", 150..200),   // gap 50
+            WorkItem::ranged("a", 1000..1100), // gap 800: a new run
+            WorkItem::ranged("b", 1100..1200), // another object
             WorkItem::object(0, "c"),
-            ranged("c", 0..10),
+            WorkItem::ranged("c", 0..10),
         ];
         coalesce(&mut items, 64, 1 << 20);
         let chunks: Vec<Option<Chunk>> = items.iter().map(|i| i.chunk.clone()).collect();
@@ -92,7 +82,9 @@ mod tests {
 
     #[test]
     fn a_run_stops_at_the_size_limit() {
-        let mut items: Vec<WorkItem> = (0..10).map(|i| ranged("a", i * 10..i * 10 + 10)).collect();
+        let mut items: Vec<WorkItem> = (0..10)
+            .map(|i| WorkItem::ranged("a", i * 10..i * 10 + 10))
+            .collect();
         coalesce(&mut items, 0, 30);
         let spans: Vec<_> = items
             .iter()

@@ -47,6 +47,16 @@ impl WorkItem {
         }
     }
 
+    /// A sample that is `range` of object `key` (index 0): what the unit tests build.
+    #[cfg(test)]
+    pub(crate) fn ranged(key: &str, range: Range<u64>) -> Self {
+        Self {
+            key: key.into(),
+            range: Some(range),
+            ..Self::default()
+        }
+    }
+
     /// The bytes of the object the item needs: its range and its members'.
     pub fn span(&self) -> Option<Range<u64>> {
         span_of(self.range.as_ref(), &self.members)

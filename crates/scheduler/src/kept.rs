@@ -70,18 +70,8 @@ impl KeptChunks {
 
 #[cfg(test)]
 mod tests {
-    use std::ops::Range;
-
     use super::*;
     use crate::item::Chunk;
-
-    fn ranged(key: &str, r: Range<u64>) -> WorkItem {
-        WorkItem {
-            key: key.into(),
-            range: Some(r),
-            ..WorkItem::default()
-        }
-    }
 
     #[test]
     fn a_chunk_is_one_unit_until_its_last_use() {
@@ -91,7 +81,7 @@ mod tests {
                 range: 0..100,
                 last_use,
             }),
-            ..ranged("a", 0..10)
+            ..WorkItem::ranged("a", 0..10)
         };
         let first = kept.unit_for(&item(false), (0, 0));
         let last = kept.unit_for(&item(true), (1, 1));

@@ -56,14 +56,7 @@ pub(super) fn decode_fallback(bytes: &[u8], options: &DecodeOptions) -> Result<I
             ));
         }
     };
-    let image = sized(
-        width,
-        height,
-        channels,
-        data,
-        Kind::Corrupt,
-        "JPEG: the decoder returned a short image",
-    )?;
+    let image = whole(width, height, channels, data)?;
     Ok(match (options.color, channels) {
         (ColorMode::Native, 1) | (_, 3) => image,
         (ColorMode::Rgb, 1) => image.into_rgb(),
@@ -112,6 +105,11 @@ pub(super) fn decode(bytes: &[u8], options: &DecodeOptions, mut data: Vec<u8>) -
     data.clear();
     data.resize(width * height * channels, 0);
     decoder.decode_into(&mut data).map_err(jpeg_error)?;
+    whole(width, height, channels, data)
+}
+
+/// The decoder's pixels as an image, refused when it returned fewer than the header said.
+fn whole(width: usize, height: usize, channels: usize, data: Vec<u8>) -> Result<Image> {
     sized(
         width,
         height,

@@ -69,7 +69,11 @@ impl<S: Storage + 'static> CacheStore<S> {
         };
         let meta = head.await;
         lock(&self.shared().heads).remove(key);
-        let meta = meta?;
+        Ok((Some(self.learn(key, meta?)), true))
+    }
+
+    /// Keep what a HEAD said of `key` as this run's view of it.
+    fn learn(&self, key: &str, meta: ObjectMeta) -> Origin {
         let origin = Origin {
             size: meta.size,
             version: meta.version,
@@ -77,7 +81,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         lock(&self.shared().state)
             .known
             .insert(key.to_owned(), origin.clone());
-        Ok((Some(origin), true))
+        origin
     }
 
     /// Claim `units` for this process's fetch; for those another process claimed, wait
@@ -474,14 +478,7 @@ impl<S: Storage + 'static> CacheStore<S> {
         }
         Counters::add(&self.shared().counters.validations, 1);
         let meta = self.inner.head(key).await?;
-        let origin = Origin {
-            size: meta.size,
-            version: meta.version,
-        };
-        lock(&self.shared().state)
-            .known
-            .insert(key.to_owned(), origin.clone());
-        Ok(origin)
+        Ok(self.learn(key, meta))
     }
 
     /// A ranged read served from the tiers and the store, for `origin`.
