@@ -73,6 +73,7 @@ mod plan;
 pub mod source;
 mod stage;
 mod state;
+pub mod tokens;
 
 pub use batch::{Batch, BatchData, BatchInfo, BatchTensors, collate, collate_in};
 pub use buffer::Buffer;

@@ -25,6 +25,7 @@ pub mod litdata;
 mod local_cache;
 mod manifest;
 pub mod mds;
+pub mod megatron;
 mod mixture;
 mod open;
 pub mod parquet;

@@ -1,0 +1,30 @@
+//! Token streams for language models: a token file cut into fixed-length blocks
+//! (`blocks`), and a block made into the row a model trains on (`pack`).
+//!
+//! A block is `L + 1` consecutive tokens of one file, the last shared with the next block
+//! (labels are the inputs shifted by one); a document longer than a block goes on in the
+//! next, never dropped. Block `i` is found from the documents' lengths by binary search,
+//! so a block is a sample like any other: the global order reads blocks, mixes sources
+//! by weight (every block holds `L` tokens, so weights in blocks are weights in tokens),
+//! and resumes exactly once on any world size without replaying a token.
+//!
+//! ```
+//! use loader_core::tokens::{Blocking, Documents, Packing};
+//!
+//! // Two documents, 3 and 9 tokens, in rows of 5.
+//! let documents = Documents::from_lengths([3, 9]).unwrap();
+//! let blocking = Blocking { len: 5, keep_tail: true };
+//! let block = blocking.block(&documents, 0);
+//! let tokens: Vec<i64> = block.tokens.clone().map(|t| t as i64).collect();
+//! let row = Packing::new(5).row(&tokens, &block, 0);
+//! assert_eq!(row.input_ids, [0, 1, 2, 3, 4]);
+//! assert_eq!(row.labels, [1, 2, 3, 4, 5]);
+//! assert_eq!(row.position_ids, [0, 1, 2, 0, 1]);
+//! assert_eq!(row.cu_seqlens, [0, 3, 5]);
+//! ```
+
+mod blocks;
+mod pack;
+
+pub use blocks::{Block, Blocking, Documents, DocumentsError};
+pub use pack::{Packing, Row};
