@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use loader_core::source::megatron::{TokenType, parse_index};
 use loader_core::tokens::{Blocking, Documents, Packing};
-use loader_core::{StorageExt, from_url};
+use loader_core::from_url;
 use loader_testkit::{DelayProxy, S3Server};
 
 fn fixtures() -> PathBuf {
