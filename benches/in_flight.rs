@@ -58,6 +58,7 @@ fn delayed(inner: DynStorage, ms: Arc<AtomicU64>) -> DynStorage {
     }))
 }
 
+/// Items per second for each second of a cell, and the engine's summary at its end.
 fn cell(
     store: DynStorage,
     fetch: Fetch,

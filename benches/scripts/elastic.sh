@@ -34,8 +34,8 @@ if [ ! -f "$data/.complete" ]; then
   touch "$data/.complete"
 fi
 
+trap 'kill ${server:-} 2>/dev/null || true; rm -f "${log:-}"' EXIT
 serve_s3 "$data"
-trap 'kill $server 2>/dev/null || true; rm -f "$log"' EXIT
 shards="s3://shards/shard-{000000..000015}.tar"
 
 for world in ${WORLDS:-8 3}; do

@@ -26,9 +26,9 @@ if [ ! -f "$data/.complete" ]; then
   touch "$data/.complete"
 fi
 
-serve_s3 "$data" --rtt "${RTT:-0}"
 dirs=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; rm -rf "$log" "$dirs"' EXIT
+trap 'kill ${server:-} 2>/dev/null || true; rm -rf "${log:-}" "$dirs"' EXIT
+serve_s3 "$data" --rtt "${RTT:-0}"
 
 for world in ${WORLDS:-4 8}; do
   echo "== $world ranks, 2 epochs of $images images, batch 32, one decode thread each"

@@ -148,10 +148,9 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     }
 
     /// A caller's own order: any index sampler (the sampler crate's classic ones, or your
-    /// own), e.g. a `DistributedSampler` for this rank. It replaces the global order: a state
-    /// saved with it is a position in that sampler's epoch, resumed with the same sampler
-    /// (not elastically). Not together with `shuffle`,
-    /// as in PyTorch.
+    /// own), e.g. a `DistributedSampler` for this rank. It replaces the global order: a
+    /// state saved with it is a position in that sampler's epoch, resumed with the same
+    /// sampler (not elastically). Not together with `shuffle`, as in PyTorch.
     pub fn sampler(mut self, sampler: impl Sampler + 'static) -> Self {
         self.sampler = Some(Arc::new(sampler));
         self

@@ -427,6 +427,9 @@ fn one_bad_shard(inner: DynStorage) -> DynStorage {
     }))
 }
 
+// Defect 21: when one shard's scan failed, `indexes()` returned at once and the caller's
+// runtime was dropped while the other scans still read through it: tokio's threads
+// panicked.
 #[test]
 fn a_failed_scan_stops_the_others_before_the_runtime_goes() {
     let dir = tempfile::tempdir().unwrap();

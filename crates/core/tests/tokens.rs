@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use loader_core::from_url;
 use loader_core::source::megatron::{TokenType, parse_index};
 use loader_core::tokens::{Blocking, Documents, Packing};
-use loader_core::from_url;
 use loader_testkit::{DelayProxy, S3Server};
 
 fn fixtures() -> PathBuf {

@@ -21,17 +21,19 @@
 //! )
 //! .unwrap();
 //! let epoch = order.epoch(0).unwrap();
-//! // What 2 ranks read of global batches of 8, and what 4 ranks read: the same samples.
-//! let read = |world| {
+//! // Global batches of 8: 2 ranks of 4, or 4 ranks of 2, read the same samples, each once.
+//! let read = |world, batch_size| {
 //!     let mut all: Vec<(usize, u64)> = (0..world)
-//!         .flat_map(|rank| epoch.rank_batches(0, Stripe { rank, world, batch_size: 8 }, true))
+//!         .flat_map(|rank| epoch.rank_batches(0, Stripe { rank, world, batch_size }, false))
 //!         .flat_map(|batch| batch.reads)
 //!         .map(|read| (read.draw.source, read.draw.sample))
 //!         .collect();
 //!     all.sort();
 //!     all
 //! };
-//! assert_eq!(read(2), read(4));
+//! let two = read(2, 4);
+//! assert_eq!(two, read(4, 2));
+//! assert!(two.windows(2).all(|w| w[0] != w[1]), "each sample once");
 //! ```
 //!
 //! # Rooms
@@ -43,16 +45,24 @@
 //! `rng` is the seeded stream they all share.
 //!
 //! ```
-//! use loader_sampler::{BatchSampler, RandomSampler, Sampler, SamplerState};
+//! use loader_sampler::{BatchSampler, DistributedSampler, RandomSampler, Sampler, SamplerState};
 //!
-//! // A shuffled epoch of 10 items; stop after 4, checkpoint, resume: nothing lost or repeated.
+//! // A shuffled epoch of 10 items, a new order each epoch.
 //! let random = RandomSampler::new(10, 42).unwrap();
 //! let order: Vec<usize> = random.epoch(0).collect();
+//! assert_eq!(order.len(), 10);
+//! assert_ne!(order, random.epoch(1).collect::<Vec<_>>());
+//!
+//! // Stop after 4 items, checkpoint, resume: nothing lost or repeated.
 //! let mut it = random.epoch(0);
 //! let head: Vec<usize> = it.by_ref().take(4).collect();
 //! let state: SamplerState = it.state();
 //! let tail: Vec<usize> = random.resume(state).collect();
 //! assert_eq!([head, tail].concat(), order);
+//!
+//! // Rank 1 of 4 with shuffling, as PyTorch's DistributedSampler splits (padded).
+//! let rank1 = DistributedSampler::new(10, 1, 4).shuffle(true).seed(42).build().unwrap();
+//! assert_eq!(rank1.len(), 3);
 //!
 //! // Batches of 4 over any sampler.
 //! let batches: Vec<Vec<usize>> = BatchSampler::new(random, 4, false).epoch(0).collect();

@@ -126,6 +126,11 @@ fn throttled_then_held(inner: DynStorage, release: Arc<tokio::sync::Notify>) -> 
     })
 }
 
+// The in-flight limit and the hedger's stall guard read the engine's throttling count:
+// it must rise while the throttled request still backs off, not when its retries end.
+// The request's retry is held until the engine's metrics show the throttling, so this
+// test hangs (and the watchdog fails it) if they learn it only from the result; and the
+// total afterwards is 1, not counted twice.
 #[test]
 fn the_engine_hears_of_throttling_while_the_request_still_backs_off() {
     let (_dir, inner) = files(8);

@@ -4,7 +4,8 @@
 //! restarted on its port, as a crashed server comes back; [`threads_named`] lists this
 //! process's threads by name, for tests that check a component joins what it starts;
 //! [`watchdog::within`] runs a call that must not hang and fails the test after a limit;
-//! [`HookedStore`] stands in for a backend whose `get` fails or panics on chosen keys.
+//! [`HookedStore`] stands in for a backend whose `get` fails, stalls or panics on chosen
+//! keys; a [`Bucket`] is a synthetic dataset served by its own S3 server.
 //!
 //! Every server runs on 127.0.0.1 with an OS-chosen port on its own background thread and
 //! runtime, so it works the same from synchronous code and from inside a tokio runtime, and
@@ -26,8 +27,8 @@
 //! # Rooms
 //!
 //! Servers (`s3`, `s3_dir`, `http`) and the TCP `proxy` that adds latency, cuts or stalls;
-//! `dataset` (synthetic ImageNet-like data), `hooked` (a store whose reads a test
-//! scripts), `watchdog` (a call that must return in time), `threads`, `background`.
+//! `dataset` (synthetic ImageNet-like data), `bucket` (that data behind an S3 server),
+//! `hooked` (a store whose reads a test scripts), `watchdog` (a call that must return in time), `threads`, `background`.
 
 mod background;
 mod bucket;

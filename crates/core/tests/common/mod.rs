@@ -129,14 +129,17 @@ pub fn thumbnails() -> Pipeline {
         .unwrap()
 }
 
-/// A change that flips the bits of `mask` in byte `at` of `file` (none past its end).
+/// A change that flips the bits of `mask` in byte `at` of `file` (which must be in it: a
+/// fixture grown shorter than the sweep fails rather than passing undamaged).
 pub fn flip(file: &'static str, at: usize, mask: u8) -> impl FnOnce(&Path) + Send + 'static {
     move |dir: &Path| {
         let path = dir.join(file);
         let mut bytes = std::fs::read(&path).unwrap();
-        if let Some(byte) = bytes.get_mut(at) {
-            *byte ^= mask;
-        }
+        let len = bytes.len();
+        let byte = bytes
+            .get_mut(at)
+            .unwrap_or_else(|| panic!("{file} has {len} bytes, none at {at}"));
+        *byte ^= mask;
         std::fs::write(path, bytes).unwrap();
     }
 }

@@ -108,7 +108,7 @@ pub(super) fn decode(bytes: &[u8], options: &DecodeOptions, mut data: Vec<u8>) -
     whole(width, height, channels, data)
 }
 
-/// The decoder's pixels as an image, refused when it returned fewer than the header said.
+/// The decoder's pixels as an image, refused when their length is not what the header said.
 fn whole(width: usize, height: usize, channels: usize, data: Vec<u8>) -> Result<Image> {
     sized(
         width,

@@ -522,7 +522,7 @@ fn classes(store: &str, files: &[Opened]) -> Result<(Vec<String>, Option<LabelVa
     }
 }
 
-/// A row's name, unique in the dataset (what `batch.keys` shows): its file and its row
+/// A row's name, unique in the dataset (what a batch's keys show): its file and its row
 /// there (a path row's key is its image's, so the name is what says where it was listed).
 fn row_name(file: &str, row: u64) -> Arc<str> {
     format!("{file} row {row}").into()
