@@ -15,7 +15,9 @@ use loader_core::litdata::LitData;
 use loader_core::{Dataset, LoaderOptions, ShardOrder, SourceContext, from_url};
 use loader_testkit::{DelayProxy, S3Server};
 
-use common::{Outcome, Seen, copy_tree, cut, flip, local, with_each_fetch, with_each_order};
+use common::{
+    Outcome, Seen, copy_tree, cut, flip, local, refused, with_each_fetch, with_each_order,
+};
 
 /// The datasets read as samples (the fourth, `arrow`, is refused).
 const READ: [&str; 4] = ["raw", "framed", "whole", "sample"];
@@ -124,36 +126,29 @@ fn litdata_through_s3_behind_the_delay_proxy_in_both_orders() {
 fn what_is_not_read_is_refused_with_what_to_do() {
     let store = local(&fixtures());
     // Bytes and ints alone: litdata writes the rows as an Arrow table, not as items.
-    let err = LitData::new()
-        .load_blocking(&store, "arrow/index.json")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("chunk-0-0.bin") && err.contains("Arrow table"),
-        "{err}"
+    refused(
+        LitData::new().load_blocking(&store, "arrow/index.json"),
+        &["chunk-0-0.bin", "Arrow table"],
     );
     // A tuple's label is not guessed: named, it is read (above); a wrong name is refused.
-    let err = LitData::new()
-        .label_column("label")
-        .load_blocking(&store, "framed/index.json")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("no label leaf \"label\"") && err.contains("\"1\""),
-        "{err}"
+    refused(
+        LitData::new()
+            .label_column("label")
+            .load_blocking(&store, "framed/index.json"),
+        &["no label leaf \"label\"", "\"1\""],
     );
-    let err = LitData::new()
-        .image_column("caption")
-        .load_blocking(&store, "raw/index.json")
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("\"caption\" is stored as \"str\""), "{err}");
-    let err = LitData::new()
-        .label_column("caption")
-        .load_blocking(&store, "raw/index.json")
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("label leaf \"caption\""), "{err}");
+    refused(
+        LitData::new()
+            .image_column("caption")
+            .load_blocking(&store, "raw/index.json"),
+        &["\"caption\" is stored as \"str\""],
+    );
+    refused(
+        LitData::new()
+            .label_column("caption")
+            .load_blocking(&store, "raw/index.json"),
+        &["label leaf \"caption\""],
+    );
     // WebDataset's fields name shards' members, not leaves: refused, not ignored.
     let url = fixtures()
         .join("raw/index.json")
@@ -166,12 +161,9 @@ fn what_is_not_read_is_refused_with_what_to_do() {
         Vec::<(String, String)>::new(),
     )
     .unwrap();
-    let err = Dataset::open_blocking(&url, &SourceContext::new(store, &options))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("source.fields") && err.contains("webdataset") && err.contains("LitData"),
-        "{err}"
+    refused(
+        Dataset::open_blocking(&url, &SourceContext::new(store, &options)),
+        &["source.fields", "webdataset", "LitData"],
     );
 }
 

@@ -153,6 +153,21 @@ pub fn cut(file: &'static str, keep: fn(usize) -> usize) -> impl FnOnce(&Path) +
     }
 }
 
+/// The message of the error `result` must be, checked to name every one of `words`.
+pub fn refused<T: std::fmt::Debug, E: std::fmt::Display>(
+    result: Result<T, E>,
+    words: &[&str],
+) -> String {
+    let err = match result {
+        Ok(got) => panic!("refused, naming {words:?}, but it gave {got:?}"),
+        Err(e) => e.to_string(),
+    };
+    for word in words {
+        assert!(err.contains(word), "{word:?} is not in: {err}");
+    }
+    err
+}
+
 /// Copies `from` (files and folders) into `to`.
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
