@@ -17,8 +17,10 @@ pub enum DType {
     U8,
     /// `f32`: normalised tensors.
     F32,
-    /// `i64`: labels (torch's `long`).
+    /// `i64`: labels and token ids (torch's `long`).
     I64,
+    /// `i32`: flash-attention's `cu_seqlens`.
+    I32,
 }
 
 impl DType {
@@ -28,6 +30,7 @@ impl DType {
             DType::U8 => 1,
             DType::F32 => 4,
             DType::I64 => 8,
+            DType::I32 => 4,
         }
     }
 
@@ -37,6 +40,7 @@ impl DType {
             DType::U8 => "B",
             DType::F32 => "f",
             DType::I64 => "q",
+            DType::I32 => "i",
         }
     }
 
@@ -46,6 +50,7 @@ impl DType {
             DType::U8 => "uint8",
             DType::F32 => "float32",
             DType::I64 => "int64",
+            DType::I32 => "int32",
         }
     }
 }
@@ -61,6 +66,7 @@ pub(crate) enum Values {
     U8(Buffer<u8>),
     F32(Buffer<f32>),
     I64(Buffer<i64>),
+    I32(Buffer<i32>),
 }
 
 /// A shape whose element count is not the buffer's length.
@@ -109,6 +115,7 @@ impl HostTensor {
             Values::U8(v) => v.len(),
             Values::F32(v) => v.len(),
             Values::I64(v) => v.len(),
+            Values::I32(v) => v.len(),
         };
         let holds = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) == Some(len);
         let shape = if holds { shape } else { vec![len] };
@@ -121,12 +128,19 @@ impl HostTensor {
         Self::checked(Values::I64(values), len, shape)
     }
 
+    /// `i32` values in `shape`.
+    pub fn i32(values: Buffer<i32>, shape: Vec<usize>) -> Result<Self, ShapeError> {
+        let len = values.len();
+        Self::checked(Values::I32(values), len, shape)
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         match self.values {
             Values::U8(_) => DType::U8,
             Values::F32(_) => DType::F32,
             Values::I64(_) => DType::I64,
+            Values::I32(_) => DType::I32,
         }
     }
 
@@ -162,6 +176,7 @@ impl HostTensor {
             Values::U8(v) => v,
             Values::F32(v) => bytemuck::cast_slice(v),
             Values::I64(v) => bytemuck::cast_slice(v),
+            Values::I32(v) => bytemuck::cast_slice(v),
         }
     }
 
@@ -172,6 +187,7 @@ impl HostTensor {
             Values::U8(v) => v,
             Values::F32(v) => bytemuck::cast_slice_mut(v),
             Values::I64(v) => bytemuck::cast_slice_mut(v),
+            Values::I32(v) => bytemuck::cast_slice_mut(v),
         }
     }
 
@@ -199,6 +215,14 @@ impl HostTensor {
         }
     }
 
+    /// The `i32` values, if that is the element type.
+    pub fn as_i32(&self) -> Option<&[i32]> {
+        match &self.values {
+            Values::I32(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The block another owner lent for the values ([`BatchMemory`](crate::BatchMemory)),
     /// if one did: its lender finds its own object there.
     pub fn lent(&self) -> Option<&dyn crate::LentBlock> {
@@ -206,6 +230,7 @@ impl HostTensor {
             Values::U8(v) => v.lent(),
             Values::F32(v) => v.lent(),
             Values::I64(v) => v.lent(),
+            Values::I32(v) => v.lent(),
         }
     }
 
@@ -217,6 +242,7 @@ impl HostTensor {
             Values::U8(v) => HostVec::U8(v.into_vec()),
             Values::F32(v) => HostVec::F32(v.into_vec()),
             Values::I64(v) => HostVec::I64(v.into_vec()),
+            Values::I32(v) => HostVec::I32(v.into_vec()),
         }
     }
 }
@@ -231,6 +257,8 @@ pub enum HostVec {
     F32(Vec<f32>),
     /// `i64` values.
     I64(Vec<i64>),
+    /// `i32` values.
+    I32(Vec<i32>),
 }
 
 /// The values' bytes: with `bytes::Bytes::from_owner` a tensor becomes shared bytes that

@@ -44,6 +44,7 @@ impl HostBuffer {
             DType::U8 => (c"B", 1, "uint8"),
             DType::F32 => (c"f", 4, "float32"),
             DType::I64 => (c"q", 8, "int64"),
+            DType::I32 => (c"i", 4, "int32"),
             // A type this binding does not know yet: its bytes, flat.
             _ => (c"B", 1, "uint8"),
         };

@@ -23,8 +23,10 @@
 //! assert_eq!(row.cu_seqlens, [0, 3, 5]);
 //! ```
 
+mod batch;
 mod blocks;
 mod pack;
 
+pub use batch::{TokenBatch, collate};
 pub use blocks::{Block, Blocking, Documents, DocumentsError};
 pub use pack::{Packing, Row};
