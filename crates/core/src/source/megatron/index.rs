@@ -191,8 +191,11 @@ pub fn parse(bytes: &[u8], bin_size: u64) -> Result<MegatronIndex, String> {
     let mut sequence = 0usize;
     for k in 1..entries {
         let end = entry(k);
-        if end < sequence as u64 {
-            return Err(format!("document {} ends before it starts", k - 1));
+        if end < sequence as u64 || end > sequences {
+            return Err(format!(
+                "document {} runs from sequence {sequence} to {end}, outside 0..{sequences}",
+                k - 1
+            ));
         }
         let tokens: u64 = (sequence..end as usize).map(length).sum();
         lengths.push(tokens);
