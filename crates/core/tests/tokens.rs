@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use loader_core::from_url;
-use loader_core::source::megatron::{TokenType, parse_index};
-use loader_core::tokens::{Blocking, Documents, Packing};
+use loader_core::source::megatron::parse_index;
+use loader_core::tokens::{Blocking, Documents, Packing, TokenFile, TokenType};
 use loader_testkit::{DelayProxy, S3Server};
 
 fn fixtures() -> PathBuf {
@@ -65,18 +65,25 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
             .flat_map(|(d, doc)| (0..doc.len() as i64).map(move |p| (d as i64, p)))
             .collect();
         for len in [7u64, 32, 64] {
-            let blocking = Blocking {
-                len,
-                keep_tail: true,
+            let file = TokenFile {
+                dtype: index.dtype,
+                documents: index.documents.clone(),
+                offset: 0,
+                blocking: Blocking {
+                    len,
+                    keep_tail: true,
+                },
+                vocab: Some(want.vocab),
+                first_document: 0,
             };
             let packing = Packing::new(len as usize);
             let (mut inputs, mut labels) = (Vec::new(), Vec::new());
-            for i in 0..blocking.blocks(index.documents.tokens()) {
-                let block = blocking.block(&index.documents, i);
-                let range = block.tokens.start * size..block.tokens.end * size;
-                let bytes = rt.block_on(store.get_range(&bin, range)).unwrap();
-                let ids = index.dtype.ids(&bytes, Some(want.vocab)).unwrap();
-                let row = packing.row(&ids, &block, block.first_document as i64);
+            for i in 0..file.blocks() {
+                let block = file.block(i);
+                let bytes = rt
+                    .block_on(store.get_range(&bin, file.byte_range(i)))
+                    .unwrap();
+                let row = file.row(i, &bytes, &packing).unwrap();
                 let what = format!("{name} L={len} block {i}");
                 for (j, (&document, &position)) in
                     row.document_ids.iter().zip(&row.position_ids).enumerate()

@@ -1,5 +1,7 @@
-//! Token streams for language models: a token file cut into fixed-length blocks
-//! (`blocks`), and a block made into the row a model trains on (`pack`).
+//! Token streams for language models: ids as files store them (`ids`), a token file cut
+//! into fixed-length blocks (`blocks`; `file` ties a file's ids, documents and blocks
+//! together), a block made into the row a model trains on (`pack`), rows collated into a
+//! batch (`batch`).
 //!
 //! A block is `L + 1` consecutive tokens of one file, the last shared with the next block
 //! (labels are the inputs shifted by one); a document longer than a block goes on in the
@@ -25,8 +27,12 @@
 
 mod batch;
 mod blocks;
+mod file;
+mod ids;
 mod pack;
 
 pub use batch::{TokenBatch, collate};
 pub use blocks::{Block, Blocking, Documents, DocumentsError};
+pub use file::TokenFile;
+pub use ids::TokenType;
 pub use pack::{Packing, Row};

@@ -4,88 +4,26 @@
 //! the file's own length before anything is allocated, and every offset against the `.bin`
 //! file's size.
 
-use crate::tokens::{Documents, DocumentsError};
+use crate::tokens::{Documents, DocumentsError, TokenType};
 
 /// The first bytes of every `.idx` file.
 pub const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
 
 const HEADER: usize = 9 + 8 + 1 + 8 + 8;
 
-/// How a `.bin` file stores its tokens (Megatron's `DType` codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenType {
-    /// Code 1.
-    U8,
-    /// Code 2.
-    I8,
-    /// Code 3.
-    I16,
-    /// Code 4.
-    I32,
-    /// Code 5.
-    I64,
-    /// Code 8, what Megatron picks for vocabularies under 65,500.
-    U16,
-}
-
-impl TokenType {
-    /// The type of code `code`, or what the code is when it is not an integer type.
-    fn of_code(code: u8) -> Result<Self, String> {
-        Ok(match code {
-            1 => Self::U8,
-            2 => Self::I8,
-            3 => Self::I16,
-            4 => Self::I32,
-            5 => Self::I64,
-            8 => Self::U16,
-            6 | 7 => return Err(format!("dtype code {code} is a float type, not token ids")),
-            other => return Err(format!("dtype code {other} is not one of Megatron's (1-8)")),
-        })
-    }
-
-    /// Bytes a token takes.
-    pub fn size(self) -> u64 {
-        match self {
-            Self::U8 | Self::I8 => 1,
-            Self::I16 | Self::U16 => 2,
-            Self::I32 => 4,
-            Self::I64 => 8,
-        }
-    }
-
-    /// Tokens of `bytes` (little-endian) as ids, refused when one is negative or at or past
-    /// `vocab` (when given): a wrong dtype or a damaged file, not a token.
-    pub fn ids(self, bytes: &[u8], vocab: Option<u64>) -> Result<Vec<i64>, String> {
-        let size = self.size() as usize;
-        if !bytes.len().is_multiple_of(size) {
-            return Err(format!(
-                "{} bytes are not whole {size}-byte tokens",
-                bytes.len()
-            ));
-        }
-        let ids: Vec<i64> = bytes
-            .chunks_exact(size)
-            .map(|b| match self {
-                Self::U8 => i64::from(b[0]),
-                Self::I8 => i64::from(b[0] as i8),
-                Self::I16 => i64::from(i16::from_le_bytes([b[0], b[1]])),
-                Self::U16 => i64::from(u16::from_le_bytes([b[0], b[1]])),
-                Self::I32 => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                Self::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            })
-            .collect();
-        if let Some((at, id)) = ids
-            .iter()
-            .enumerate()
-            .find(|&(_, &id)| id < 0 || vocab.is_some_and(|v| id as u64 >= v))
-        {
-            return Err(match vocab {
-                Some(v) => format!("token {at} is {id}, outside the vocabulary of {v}"),
-                None => format!("token {at} is {id}, a negative id"),
-            });
-        }
-        Ok(ids)
-    }
+/// The token type of Megatron's `DType` code `code`, or what the code is when it is not an
+/// integer type.
+fn token_type(code: u8) -> Result<TokenType, String> {
+    Ok(match code {
+        1 => TokenType::U8,
+        2 => TokenType::I8,
+        3 => TokenType::I16,
+        4 => TokenType::I32,
+        5 => TokenType::I64,
+        8 => TokenType::U16,
+        6 | 7 => return Err(format!("dtype code {code} is a float type, not token ids")),
+        other => return Err(format!("dtype code {other} is not one of Megatron's (1-8)")),
+    })
 }
 
 /// What a `.idx` file says of its `.bin` file.
@@ -115,7 +53,7 @@ pub fn parse(bytes: &[u8], bin_size: u64) -> Result<MegatronIndex, String> {
             "index version {version}; this reader knows version 1"
         ));
     }
-    let dtype = TokenType::of_code(bytes[17])?;
+    let dtype = token_type(bytes[17])?;
     let sequences = u64_at(bytes, 18);
     let document_entries = u64_at(bytes, 26);
     // The tables' sizes, from the counts, must fit the file: 4 + 8 bytes a sequence, 8 an
@@ -277,19 +215,5 @@ mod tests {
         let second = HEADER + 8 + 8;
         gap[second..second + 8].copy_from_slice(&8u64.to_le_bytes());
         refused(&gap, 16, "not right after");
-    }
-
-    #[test]
-    fn ids_are_read_in_their_type_and_checked_against_the_vocabulary() {
-        let bytes: Vec<u8> = [1u16, 7, 65535]
-            .iter()
-            .flat_map(|t| t.to_le_bytes())
-            .collect();
-        assert_eq!(TokenType::U16.ids(&bytes, None).unwrap(), [1, 7, 65535]);
-        let err = TokenType::U16.ids(&bytes, Some(50_000)).unwrap_err();
-        assert!(err.contains("token 2 is 65535"), "{err}");
-        let negative: Vec<u8> = (-3i32).to_le_bytes().to_vec();
-        assert!(TokenType::I32.ids(&negative, None).is_err());
-        assert!(TokenType::I32.ids(&[0, 0, 0], None).is_err());
     }
 }

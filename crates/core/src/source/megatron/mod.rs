@@ -5,4 +5,4 @@
 
 mod index;
 
-pub use index::{MAGIC, MegatronIndex, TokenType, parse as parse_index};
+pub use index::{MAGIC, MegatronIndex, parse as parse_index};
