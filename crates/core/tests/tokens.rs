@@ -1,17 +1,18 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap: a panic is the failure report
 
 //! Token blocks from Megatron-LM indexed datasets written by megatron-core's own
-//! IndexedDatasetBuilder (fixtures/megatron/make.py): the `.idx` parsed, every block read
+//! IndexedDatasetBuilder (fixtures/megatron/make.py): opened by `megatron::load`, every block read
 //! by a ranged GET through the in-process S3 server behind the delay proxy, and the rows
 //! packed from them hold, token for token, the documents megatron-core's IndexedDataset
 //! reads back, each token an input once and a label once, positions restarting per document.
+//! A damaged index or a missing data file is an error naming the file and the store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use loader_core::from_url;
-use loader_core::source::megatron::parse_index;
+use loader_core::source::megatron;
 use loader_core::tokens::{Blocking, Documents, Packing, TokenFile, TokenType};
 use loader_testkit::{DelayProxy, S3Server};
 
@@ -42,20 +43,26 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
     let store = from_url("s3://tokens", server.options_for(&proxy.url())).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     for (name, want) in expected() {
-        let (idx, bin) = (format!("{name}.idx"), format!("{name}.bin"));
-        let (index, bin_size) = rt.block_on(async {
-            let bytes = store.get(&idx).await.unwrap();
-            let bin_size = store.head(&bin).await.unwrap().size;
-            (parse_index(&bytes, bin_size).unwrap(), bin_size)
-        });
+        let bin = format!("{name}.bin");
+        let blocking = Blocking {
+            len: 1,
+            keep_tail: true,
+        };
+        let loaded = rt
+            .block_on(megatron::load(&store, &name, blocking, Some(want.vocab)))
+            .unwrap();
         let lengths = want.documents.iter().map(|d| d.len() as u64);
         assert_eq!(
-            index.documents,
+            loaded.documents,
             Documents::from_lengths(lengths).unwrap(),
             "{name}"
         );
-        let size = index.dtype.size();
-        assert_eq!(index.documents.tokens() * size, bin_size, "{name}");
+        let bin_size = rt.block_on(store.head(&bin)).unwrap().size;
+        assert_eq!(
+            loaded.documents.tokens() * loaded.dtype.size(),
+            bin_size,
+            "{name}"
+        );
         let stream: Vec<i64> = want.documents.concat();
         // Each token's document and place in it, as Megatron's documents say.
         let places: Vec<(i64, i64)> = want
@@ -66,15 +73,11 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
             .collect();
         for len in [7u64, 32, 64] {
             let file = TokenFile {
-                dtype: index.dtype,
-                documents: index.documents.clone(),
-                offset: 0,
                 blocking: Blocking {
                     len,
                     keep_tail: true,
                 },
-                vocab: Some(want.vocab),
-                first_document: 0,
+                ..loaded.clone()
             };
             let packing = Packing::new(len as usize);
             let (mut inputs, mut labels) = (Vec::new(), Vec::new());
@@ -109,15 +112,33 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
             assert_eq!(labels, stream[1..], "{name} L={len}: labels");
         }
         // The vocabulary megatron-core's writer was given bounds the ids.
-        let too_small = rt
-            .block_on(store.get_range(&bin, 0..bin_size))
-            .map(|b| index.dtype.ids(&b, Some(10)))
-            .unwrap();
-        assert!(
-            too_small
-                .unwrap_err()
-                .contains("outside the vocabulary of 10")
-        );
-        assert!(matches!(index.dtype, TokenType::U16 | TokenType::I32));
+        let bytes = rt.block_on(store.get_range(&bin, 0..bin_size)).unwrap();
+        let err = loaded.dtype.ids(&bytes, Some(10)).unwrap_err();
+        assert!(err.contains("outside the vocabulary of 10"), "{err}");
+        assert!(matches!(loaded.dtype, TokenType::U16 | TokenType::I32));
     }
+    // A damaged index and a missing data file: errors naming the file and the store.
+    let tokens = dir.path().join("tokens");
+    let mut idx = std::fs::read(tokens.join("u16.idx")).unwrap();
+    idx[17] = 7; // float32
+    std::fs::write(tokens.join("bad.idx"), idx).unwrap();
+    std::fs::copy(tokens.join("u16.bin"), tokens.join("bad.bin")).unwrap();
+    std::fs::copy(tokens.join("u16.idx"), tokens.join("lost.idx")).unwrap();
+    let blocking = Blocking {
+        len: 8,
+        keep_tail: true,
+    };
+    let err = rt
+        .block_on(megatron::load(&store, "bad", blocking, None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bad.idx") && err.contains("s3://tokens") && err.contains("float type"),
+        "{err}"
+    );
+    let err = rt
+        .block_on(megatron::load(&store, "lost", blocking, None))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("lost.bin"), "{err}");
 }

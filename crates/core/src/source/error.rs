@@ -161,6 +161,16 @@ pub enum SourceError {
         /// What is wrong.
         problem: String,
     },
+    /// A Megatron-LM indexed dataset cannot be read (its `.idx` tables, its `.bin` file).
+    #[error("Megatron file {file:?} on {store}: {problem}")]
+    Megatron {
+        /// The `.idx` or `.bin` file's key.
+        file: String,
+        /// Its store.
+        store: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// The shard list or URL cannot be understood.
     #[error("shard list {0:?}: {1}")]
     List(String, String),
@@ -178,6 +188,7 @@ impl SourceError {
                 | Self::Parquet { .. }
                 | Self::Mds { .. }
                 | Self::LitData { .. }
+                | Self::Megatron { .. }
         )
     }
 }
