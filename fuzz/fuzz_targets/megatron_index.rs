@@ -27,10 +27,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(end > documents.start(d), "document {d} is empty");
     }
     for len in [1, 7, 4096] {
-        let blocking = Blocking {
-            len,
-            keep_tail: true,
-        };
+        let blocking = Blocking::new(len, true).unwrap();
         let blocks = blocking.blocks(documents.tokens());
         for i in [0, blocks / 2, blocks.saturating_sub(1)] {
             if i < blocks {

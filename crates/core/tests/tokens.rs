@@ -44,10 +44,7 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     for (name, want) in expected() {
         let bin = format!("{name}.bin");
-        let blocking = Blocking {
-            len: 1,
-            keep_tail: true,
-        };
+        let blocking = Blocking::new(1, true).unwrap();
         let loaded = rt
             .block_on(megatron::load(&store, &name, blocking, Some(want.vocab)))
             .unwrap();
@@ -73,13 +70,10 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
             .collect();
         for len in [7u64, 32, 64] {
             let file = TokenFile {
-                blocking: Blocking {
-                    len,
-                    keep_tail: true,
-                },
+                blocking: Blocking::new(len, true).unwrap(),
                 ..loaded.clone()
             };
-            let packing = Packing::new(len as usize);
+            let packing = Packing::new();
             let (mut inputs, mut labels) = (Vec::new(), Vec::new());
             for i in 0..file.blocks() {
                 let block = file.block(i);
@@ -124,10 +118,7 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
     std::fs::write(tokens.join("bad.idx"), idx).unwrap();
     std::fs::copy(tokens.join("u16.bin"), tokens.join("bad.bin")).unwrap();
     std::fs::copy(tokens.join("u16.idx"), tokens.join("lost.idx")).unwrap();
-    let blocking = Blocking {
-        len: 8,
-        keep_tail: true,
-    };
+    let blocking = Blocking::new(8, true).unwrap();
     let err = rt
         .block_on(megatron::load(&store, "bad", blocking, None))
         .unwrap_err()

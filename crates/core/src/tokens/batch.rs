@@ -31,8 +31,12 @@ pub struct TokenBatch {
 pub fn collate(rows: &[Row], info: BatchInfo) -> Result<TokenBatch, ShapeError> {
     let l = rows.first().map_or(0, |r| r.input_ids.len());
     let shape = vec![rows.len(), l];
+    // One allocation a field, at its final size (a flat_map's collect grows by doubling).
     let field = |get: fn(&Row) -> &[i64]| -> Result<HostTensor, ShapeError> {
-        let values: Vec<i64> = rows.iter().flat_map(|r| get(r).iter().copied()).collect();
+        let mut values = Vec::with_capacity(rows.len() * l);
+        for row in rows {
+            values.extend_from_slice(get(row));
+        }
         HostTensor::i64(values.into(), shape.clone())
     };
     let mut cu_seqlens = vec![0i32];
@@ -64,15 +68,12 @@ mod tests {
     #[test]
     fn rows_stack_into_tensors_and_boundaries_flatten_over_the_batch() {
         let docs = Documents::from_lengths([3, 9]).unwrap();
-        let blocking = Blocking {
-            len: 5,
-            keep_tail: true,
-        };
+        let blocking = Blocking::new(5, true).unwrap();
         let rows: Vec<Row> = (0..2)
             .map(|i| {
                 let block = blocking.block(&docs, i);
                 let tokens: Vec<i64> = block.tokens.clone().map(|t| t as i64).collect();
-                Packing::new(5).row(&tokens, &block, 0)
+                Packing::new().row(&tokens, &block, 0)
             })
             .collect();
         let batch = collate(&rows, BatchInfo::default()).unwrap();

@@ -4,17 +4,21 @@
 
 use std::ops::Range;
 
-/// How a file's tokens are cut into blocks.
+/// How a file's tokens are cut into blocks: `L` tokens a row trains on, and whether the
+/// file's last tokens, fewer than a block, are kept as a short block (padded when packed)
+/// or dropped. Block `i` reads tokens `i·L .. i·L + L + 1`: one more than it trains on, for
+/// the labels shifted by one, so the last token of a block is the first of the next (as
+/// Megatron-LM's GPT samples are cut).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Blocking {
-    /// Tokens a row trains on (`L`). Block `i` reads tokens `i·L .. i·L + L + 1`: one more
-    /// than it trains on, for the labels shifted by one, so the last token of a block is
-    /// the first of the next (as Megatron-LM's GPT samples are cut).
-    pub len: u64,
-    /// Keep the file's last tokens, fewer than a block, as a short block (padded when
-    /// packed), or drop them.
-    pub keep_tail: bool,
+    len: u64,
+    keep_tail: bool,
 }
+
+/// A block length that cannot cut a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a block of {0} tokens: give between 1 and {max}", max = Blocking::MAX)]
+pub struct BlockingError(pub u64);
 
 /// The documents of one token file in storage order, as the cumulative token count at each
 /// document's end: what every block's boundaries are read from.
@@ -104,12 +108,37 @@ pub struct Block {
     pub first_document: usize,
     /// Where, within the block, each later document starts (positions > 0, increasing).
     pub starts: Vec<u32>,
+    /// The length of the row it makes (`L`), whatever the tokens it reads.
+    pub len: usize,
 }
 
 impl Blocking {
+    /// The longest block: a document's start within a block is a `u32`, as `cu_seqlens` is
+    /// an `int32`.
+    pub const MAX: u64 = i32::MAX as u64 - 1;
+
+    /// Blocks of `len` tokens, the tail kept or dropped; a length of 0, or past
+    /// [`Blocking::MAX`], is refused.
+    pub fn new(len: u64, keep_tail: bool) -> Result<Self, BlockingError> {
+        if len == 0 || len > Self::MAX {
+            return Err(BlockingError(len));
+        }
+        Ok(Self { len, keep_tail })
+    }
+
+    /// Tokens a row trains on (`L`).
+    pub fn row_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether a file's last tokens, fewer than a block, make a short block.
+    pub fn keep_tail(&self) -> bool {
+        self.keep_tail
+    }
+
     /// How many blocks a file of `tokens` tokens gives.
     pub fn blocks(&self, tokens: u64) -> u64 {
-        if tokens < 2 || self.len == 0 {
+        if tokens < 2 {
             return 0;
         }
         // Every block but a tail needs `len + 1` tokens, the last shared with the next.
@@ -133,6 +162,7 @@ impl Blocking {
             tokens: start..end,
             first_document,
             starts,
+            len: self.len as usize,
         }
     }
 }
@@ -149,14 +179,8 @@ mod tests {
     fn blocks_overlap_by_the_label_token_and_the_tail_is_kept_or_dropped() {
         // 10 tokens, L = 4: blocks read 0..5, 4..9, and the tail 8..10.
         let d = docs(&[10]);
-        let keep = Blocking {
-            len: 4,
-            keep_tail: true,
-        };
-        let drop = Blocking {
-            len: 4,
-            keep_tail: false,
-        };
+        let keep = Blocking::new(4, true).unwrap();
+        let drop = Blocking::new(4, false).unwrap();
         assert_eq!((keep.blocks(10), drop.blocks(10)), (3, 2));
         let ranges: Vec<_> = (0..3).map(|i| keep.block(&d, i).tokens).collect();
         assert_eq!(ranges, [0..5, 4..9, 8..10]);
@@ -166,13 +190,23 @@ mod tests {
     }
 
     #[test]
+    fn a_length_that_cannot_cut_a_file_is_refused() {
+        assert_eq!(Blocking::new(0, true), Err(BlockingError(0)));
+        let err = Blocking::new(Blocking::MAX + 1, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("give between 1 and"), "{err}");
+        assert_eq!(
+            Blocking::new(Blocking::MAX, true).unwrap().row_len(),
+            Blocking::MAX
+        );
+    }
+
+    #[test]
     fn a_blocks_documents_are_found_by_search_and_a_long_one_continues() {
         // Documents of 3, 9 and 2 tokens: 0..3, 3..12, 12..14.
         let d = docs(&[3, 9, 2]);
-        let b = Blocking {
-            len: 5,
-            keep_tail: true,
-        };
+        let b = Blocking::new(5, true).unwrap();
         assert_eq!(b.blocks(14), 3);
         let first = b.block(&d, 0);
         assert_eq!(
@@ -197,10 +231,7 @@ mod tests {
         for lengths in [vec![1u64, 1, 1], vec![7], vec![2, 30, 1, 5], vec![100, 3]] {
             let d = docs(&lengths);
             for len in 1..12 {
-                let b = Blocking {
-                    len,
-                    keep_tail: true,
-                };
+                let b = Blocking::new(len, true).unwrap();
                 let mut next = 0;
                 for i in 0..b.blocks(d.tokens()) {
                     let block = b.block(&d, i);
@@ -216,10 +247,7 @@ mod tests {
     fn far_blocks_need_no_replay() {
         // 10^10 tokens in documents of 1,000: block 10^9 - 1 is found at once.
         let d = Documents::from_lengths(std::iter::repeat_n(1_000, 10_000_000)).unwrap();
-        let b = Blocking {
-            len: 10,
-            keep_tail: false,
-        };
+        let b = Blocking::new(10, false).unwrap();
         assert_eq!(b.blocks(d.tokens()), 999_999_999);
         let last = b.block(&d, 999_999_998);
         assert_eq!(last.tokens, 9_999_999_980..9_999_999_991);

@@ -72,10 +72,7 @@ mod tests {
             dtype: TokenType::U16,
             documents: Documents::from_lengths([3, 9]).unwrap(),
             offset: 8,
-            blocking: Blocking {
-                len: 5,
-                keep_tail: true,
-            },
+            blocking: Blocking::new(5, true).unwrap(),
             vocab: Some(100),
             first_document: 10,
         };
@@ -83,13 +80,13 @@ mod tests {
         // Tokens 5..11, two bytes each, after an 8-byte header.
         assert_eq!(file.byte_range(1), 18..30);
         let bytes: Vec<u8> = (5u16..11).flat_map(|t| t.to_le_bytes()).collect();
-        let row = file.row(1, &bytes, &Packing::new(5)).unwrap();
+        let row = file.row(1, &bytes, &Packing::new()).unwrap();
         assert_eq!(row.input_ids, [5, 6, 7, 8, 9]);
         assert_eq!(row.document_ids, [11; 5]);
-        let err = file.row(1, &bytes[2..], &Packing::new(5)).unwrap_err();
+        let err = file.row(1, &bytes[2..], &Packing::new()).unwrap_err();
         assert!(err.contains("block 1 is 10 bytes, not the 12"), "{err}");
         let past: Vec<u8> = (95u16..101).flat_map(|t| t.to_le_bytes()).collect();
-        let err = file.row(1, &past, &Packing::new(5)).unwrap_err();
+        let err = file.row(1, &past, &Packing::new()).unwrap_err();
         assert!(err.contains("outside the vocabulary of 100"), "{err}");
     }
 }

@@ -6,19 +6,20 @@
 //! A block is `L + 1` consecutive tokens of one file, the last shared with the next block
 //! (labels are the inputs shifted by one); a document longer than a block goes on in the
 //! next, never dropped. Block `i` is found from the documents' lengths by binary search,
-//! so a block is a sample like any other: the global order reads blocks, mixes sources
-//! by weight (every block holds `L` tokens, so weights in blocks are weights in tokens),
-//! and resumes exactly once on any world size without replaying a token.
+//! and is one byte range of its file, so a block can be a sample like any other. That is
+//! where this goes (the loader does not open token datasets yet): the global order reading
+//! blocks, mixing sources by weight (every block holds `L` tokens, so weights in blocks are
+//! weights in tokens) and resuming exactly once on any world size without replaying a token.
 //!
 //! ```
 //! use loader_core::tokens::{Blocking, Documents, Packing};
 //!
 //! // Two documents, 3 and 9 tokens, in rows of 5.
 //! let documents = Documents::from_lengths([3, 9]).unwrap();
-//! let blocking = Blocking { len: 5, keep_tail: true };
+//! let blocking = Blocking::new(5, true).unwrap();
 //! let block = blocking.block(&documents, 0);
 //! let tokens: Vec<i64> = block.tokens.clone().map(|t| t as i64).collect();
-//! let row = Packing::new(5).row(&tokens, &block, 0);
+//! let row = Packing::new().row(&tokens, &block, 0);
 //! assert_eq!(row.input_ids, [0, 1, 2, 3, 4]);
 //! assert_eq!(row.labels, [1, 2, 3, 4, 5]);
 //! assert_eq!(row.position_ids, [0, 1, 2, 0, 1]);
@@ -32,7 +33,7 @@ mod ids;
 mod pack;
 
 pub use batch::{TokenBatch, collate};
-pub use blocks::{Block, Blocking, Documents, DocumentsError};
+pub use blocks::{Block, Blocking, BlockingError, Documents, DocumentsError};
 pub use file::TokenFile;
 pub use ids::TokenType;
 pub use pack::{Packing, Row};

@@ -4,11 +4,10 @@
 
 use super::blocks::Block;
 
-/// How blocks are made into rows.
+/// How blocks are made into rows (each as long as its block says: one length, the
+/// [`Blocking`](super::Blocking)'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packing {
-    /// Tokens a row trains on (`L`): the block's length.
-    pub len: usize,
     /// What pads a short block's inputs.
     pub pad_id: i64,
     /// The label of a position that is not trained on (PyTorch's cross-entropy skips it).
@@ -18,15 +17,20 @@ pub struct Packing {
 }
 
 impl Packing {
-    /// Rows of `len` tokens, padded with 0, ignored labels -100, boundaries trained on
-    /// (as Megatron-LM's GPT samples and LitData's token blocks are).
-    pub fn new(len: usize) -> Self {
+    /// Rows padded with 0, ignored labels -100, boundaries trained on (as Megatron-LM's
+    /// GPT samples and LitData's token blocks are).
+    pub fn new() -> Self {
         Self {
-            len,
             pad_id: 0,
             ignore_index: -100,
             mask_boundaries: false,
         }
+    }
+}
+
+impl Default for Packing {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -53,7 +57,7 @@ impl Packing {
     /// its documents as `block` says. `first_document` numbers the block's first document
     /// in the source.
     pub fn row(&self, tokens: &[i64], block: &Block, first_document: i64) -> Row {
-        let l = self.len;
+        let l = block.len;
         let real = tokens.len().saturating_sub(1).min(l);
         let mut row = Row {
             input_ids: Vec::with_capacity(l),
@@ -104,10 +108,7 @@ mod tests {
     fn rows(lengths: &[u64], len: u64, packing: Packing) -> Vec<Row> {
         let docs = Documents::from_lengths(lengths.iter().copied()).unwrap();
         // Token t of the file is 100 + t, so every position is easy to check.
-        let blocking = Blocking {
-            len,
-            keep_tail: true,
-        };
+        let blocking = Blocking::new(len, true).unwrap();
         (0..blocking.blocks(docs.tokens()))
             .map(|i| {
                 let block = blocking.block(&docs, i);
@@ -120,7 +121,7 @@ mod tests {
     #[test]
     fn labels_shift_positions_restart_and_boundaries_are_cu_seqlens() {
         // Documents 0..3 and 3..12, rows of 5.
-        let r = rows(&[3, 9], 5, Packing::new(5));
+        let r = rows(&[3, 9], 5, Packing::new());
         assert_eq!(r[0].input_ids, [100, 101, 102, 103, 104]);
         assert_eq!(r[0].labels, [101, 102, 103, 104, 105]);
         assert_eq!(r[0].position_ids, [0, 1, 2, 0, 1]);
@@ -136,7 +137,7 @@ mod tests {
     fn masked_boundaries_do_not_predict_the_next_document() {
         let masked = Packing {
             mask_boundaries: true,
-            ..Packing::new(5)
+            ..Packing::new()
         };
         let r = rows(&[3, 9], 5, masked);
         assert_eq!(r[0].labels, [101, 102, -100, 104, 105]);
@@ -145,7 +146,7 @@ mod tests {
     #[test]
     fn a_kept_tail_is_padded_and_its_padding_is_a_segment_never_trained_on() {
         // 12 tokens, rows of 5: 0..6, 5..11, then the tail 10..12 (one position).
-        let r = rows(&[12], 5, Packing::new(5));
+        let r = rows(&[12], 5, Packing::new());
         assert_eq!(r.len(), 3);
         assert_eq!(r[2].input_ids, [110, 0, 0, 0, 0]);
         assert_eq!(r[2].labels, [111, -100, -100, -100, -100]);
@@ -159,7 +160,7 @@ mod tests {
         let lengths = [4u64, 1, 17, 2, 9];
         let total: u64 = lengths.iter().sum();
         for len in 1..10 {
-            let r = rows(&lengths, len, Packing::new(len as usize));
+            let r = rows(&lengths, len, Packing::new());
             let inputs: Vec<i64> = r
                 .iter()
                 .flat_map(|row| row.input_ids.iter().zip(&row.document_ids))

@@ -1,7 +1,9 @@
-//! Megatron-LM's indexed datasets (`.bin` + `.idx`, the `MMIDIDX` layout), read where they
-//! lie: the `.idx` file once, then each block of tokens a ranged GET of the `.bin` file.
-//! Sequences lie back to back in the `.bin` file, so a block is one byte range whatever
-//! documents it crosses; the documents' boundaries come from the `.idx` file.
+//! Megatron-LM's indexed datasets (`.bin` + `.idx`, the `MMIDIDX` layout): [`load`] reads
+//! the `.idx` file once into a [`TokenFile`], whose blocks are then each one ranged GET of
+//! the `.bin` file ([`TokenFile::byte_range`]). Sequences lie back to back in the `.bin`
+//! file, so a block is one byte range whatever documents it crosses; the documents'
+//! boundaries come from the `.idx` file. Not yet a registered format: the loader does not
+//! open one by its URL.
 
 mod index;
 
