@@ -128,7 +128,7 @@ fn main() {
         }
     };
     let images_loader = |store: DynStorage, fetch: Fetch, subset: usize| {
-        let subset = Dataset::from_items(dataset.items()[..subset].to_vec(), Vec::new());
+        let subset = Dataset::from_items(dataset.iter().take(subset).collect(), Vec::new());
         DataLoader::builder(store, subset)
             .batch_size(64)
             .fetch(fetch)

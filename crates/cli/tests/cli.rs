@@ -249,6 +249,35 @@ fn run_iterates_a_dataset_and_writes_a_chrome_trace() {
     assert!(count("batch ready") >= 8);
 }
 
+/// A token dataset (megatron-core's files) read with `--block-size`: blocks and tokens
+/// counted, tokens per second reported, and without the flag an error naming it.
+#[test]
+fn run_reads_a_token_dataset_given_a_block_size() {
+    let data = tempfile::tempdir().unwrap();
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/megatron");
+    for ext in ["idx", "bin"] {
+        std::fs::copy(
+            fixtures.join(format!("u16.{ext}")),
+            data.path().join(format!("u16.{ext}")),
+        )
+        .unwrap();
+    }
+    let url = data.path().to_str().unwrap();
+    let out = ok(loader()
+        .args(["run", url, "--block-size", "32", "--batch-size", "4"])
+        .args(["--shuffle", "--json"]));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 1,342 tokens: 41 blocks of 32 (+1 for the labels), each trained on 32.
+    assert_eq!(summary["images"], 41, "{summary}");
+    assert_eq!(summary["tokens"], 41 * 32, "{summary}");
+    assert!(summary["tokens_per_sec"].as_f64().unwrap() > 0.0);
+    let out = loader().args(["run", url]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--block-size"), "{stderr}");
+}
+
 // Defect 6, the command line: `--json`, progress lines and errors show the store's name,
 // never the URL as typed, whose user info or query may hold credentials.
 #[test]

@@ -97,10 +97,10 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 fn packed_samples(dir: &Path) -> BTreeMap<u64, (Vec<u8>, i64)> {
     let dataset = open(dir);
     let mut out = BTreeMap::new();
-    for item in dataset.items() {
+    for item in dataset.iter() {
         let name = item.name.as_deref().unwrap();
         let index: u64 = name.parse().unwrap();
-        let bytes = bytes_of(dir, item);
+        let bytes = bytes_of(dir, &item);
         let label = item.label.class().unwrap();
         assert!(
             out.insert(index, (bytes, label)).is_none(),
@@ -170,10 +170,10 @@ fn an_image_folder_packed_resized_reads_back_every_sample_once() {
         );
     }
     let resize = Pipeline::builder().resize(64).to_u8().build().unwrap();
-    for (i, item) in source.items().iter().enumerate() {
+    for (i, item) in source.iter().enumerate() {
         let (image, label) = &packed[&(i as u64)];
         assert_eq!(*label, item.label.class().unwrap(), "sample {i}: label");
-        let original = bytes_of(&src, item);
+        let original = bytes_of(&src, &item);
         let want = resize
             .apply(
                 &decode(&original, &DecodeOptions::default()).unwrap(),
@@ -304,8 +304,8 @@ fn images_are_kept_as_they_are_without_resize_and_litdata_labels_go_along() {
     run(&["pack", &src.to_string_lossy(), &dst.to_string_lossy()]);
     let source = open(&src);
     let packed = packed_samples(&dst);
-    for (i, item) in source.items().iter().enumerate() {
-        let original = bytes_of(&src, item);
+    for (i, item) in source.iter().enumerate() {
+        let original = bytes_of(&src, &item);
         assert!(
             packed[&(i as u64)].0 == original,
             "sample {i}: the same bytes"
@@ -382,14 +382,14 @@ fn a_pack_into_s3_is_uploaded_whole_resumed_and_read_back_with_its_sidecars() {
     let source = open(&src);
     assert_eq!(dataset.len(), source.len());
     let mut seen = std::collections::BTreeSet::new();
-    for item in dataset.items() {
+    for item in dataset.iter() {
         let index: usize = item.name.as_deref().unwrap().parse().unwrap();
         assert!(seen.insert(index), "sample {index} twice");
         assert!(
-            bytes_of(&packed, item) == bytes_of(&src, &source.items()[index]),
+            bytes_of(&packed, &item) == bytes_of(&src, &source.get(index).unwrap()),
             "sample {index}"
         );
-        assert_eq!(item.label, source.items()[index].label);
+        assert_eq!(item.label, source.get(index).unwrap().label);
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -419,14 +419,14 @@ fn samples_left_out_count_against_one_budget_across_runs_and_are_listed_once() {
     let source = open(&src);
     // Three images of the source that no decoder reads, spread over the pack.
     for i in [5usize, 25, 50] {
-        std::fs::write(src.join(&*source.items()[i].key), b"not an image").unwrap();
+        std::fs::write(src.join(&*source.get(i).unwrap().key), b"not an image").unwrap();
     }
     let pack = |dst: &Path, extra: &[&str]| pack_small(&src, dst, extra);
     let out = pack(&dir.path().join("strict"), &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(&*source.items()[5].key),
+        err.contains(&*source.get(5).unwrap().key),
         "the sample is named: {err}"
     );
 
@@ -515,9 +515,12 @@ fn a_pack_as_parquet_reads_back_as_the_source_and_resumes_to_the_same_files() {
     assert_eq!(packed.classes(), source.classes());
     let got = loaded(&whole);
     assert_eq!(got.len(), 60);
-    for (i, item) in source.items().iter().enumerate() {
+    for (i, item) in source.iter().enumerate() {
         let (bytes, label) = &got[&(i as u64)];
-        assert!(*bytes == bytes_of(&src, item), "sample {i}: the same bytes");
+        assert!(
+            *bytes == bytes_of(&src, &item),
+            "sample {i}: the same bytes"
+        );
         assert_eq!(*label, item.label.class().unwrap(), "sample {i}: its class");
     }
     // Stopped with a file half written and run again: the files of an uninterrupted pack.

@@ -20,7 +20,8 @@ use crate::memory::BatchMemory;
 use crate::options::{LoaderOptions, ShardOrder};
 use crate::plan::Planner;
 use crate::source::{Source, combine};
-use crate::stage::{Collate, Stages, pipeline_stage, sample_weight};
+use crate::stage::{Collate, Stages, pipeline_stage, sample_weight, token_stage};
+use crate::tokens::{Packing, Row, TokenBatch};
 use crate::{Dataset, Error, Result};
 
 /// Settings of a [`DataLoader`]; see [`DataLoader::builder`].
@@ -424,6 +425,16 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         collate: impl Fn(RawBatch<U>) -> Result<C> + Send + Sync + 'static,
     ) -> DataLoaderBuilder<U, C> {
         self.with_stage(Arc::new(stage), None, Arc::new(collate))
+    }
+
+    /// Read the sources' token blocks (a token format opened with `source.block_size`) as
+    /// rows packed by `packing`, batched as [`TokenBatch`]es: `[B, L]` ids, labels,
+    /// positions and document ids, and `cu_seqlens` over the batch.
+    pub fn tokens(self, packing: Packing) -> Result<DataLoaderBuilder<Row, TokenBatch>> {
+        let (_, dataset, _) = combine(&self.sources)?;
+        let files = dataset.tokens().cloned().ok_or(ConfigError::NotTokens)?;
+        let (stage, weigh, collate) = token_stage(files, packing);
+        Ok(self.with_stage(stage, Some(weigh), collate))
     }
 
     /// Weigh each output of the CPU stage in bytes, so [`max_decoded_bytes`](Self::max_decoded_bytes)

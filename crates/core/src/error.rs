@@ -171,6 +171,24 @@ pub enum ConfigError {
         /// Its kind of label.
         other: String,
     },
+    /// Sources of a mixture that cannot be read as one stream of token blocks: one of token
+    /// files beside one of other samples, or token files stored or cut otherwise.
+    #[error(
+        "source {index} of the mixture {problem}; a mixture reads either token blocks of one \
+         kind (the same id type, vocabulary and block length) or other samples, not both"
+    )]
+    MixtureTokens {
+        /// The source that differs from source 0, by its place in the list.
+        index: usize,
+        /// How it differs.
+        problem: String,
+    },
+    /// Token packing asked of a dataset whose samples are not token blocks.
+    #[error(
+        "the dataset holds no token blocks: open a token dataset (a Megatron-LM .idx/.bin \
+         pair) with source.block_size set"
+    )]
+    NotTokens,
     /// A source of a mixture without samples.
     #[error("source {index} of the mixture has no samples")]
     EmptySource {

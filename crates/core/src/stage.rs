@@ -8,8 +8,10 @@ use loader_decoder::{Output, Pipeline, Sample, SampleData, SampleKey};
 use loader_scheduler::{RawBatch, SampleInfo, Stage, StageError, Weigh};
 
 use crate::Result;
-use crate::batch::{Batch, collate_into};
+use crate::batch::{Batch, BatchInfo, collate_into};
 use crate::buffer::{BufferPool, Lender};
+use crate::error::CollateError;
+use crate::tokens::{Packing, Row, TokenBatch, TokenFiles};
 
 /// Turns the CPU stage's outputs for one batch into the batch type a caller wants; each
 /// sample's label, key and members ride with it in its `SampleInfo`.
@@ -60,4 +62,34 @@ pub fn sample_bytes(sample: &Sample) -> usize {
         SampleData::F32(v) => v.len() * 4,
         SampleData::U8(v) => v.len(),
     }
+}
+
+/// The CPU stage that packs each block of `files` into a row, and the collate that stacks
+/// rows into a [`TokenBatch`]. A block is found by its dataset index, so the stage needs
+/// nothing but the fetched bytes.
+pub(crate) fn token_stage(
+    files: Arc<TokenFiles>,
+    packing: Packing,
+) -> (Stage<Row>, Weigh<Row>, Collate<Row, TokenBatch>) {
+    let stage = move |bytes: Bytes, info: &SampleInfo| -> std::result::Result<Row, StageError> {
+        Ok(files.row(info.index, &bytes, &packing)?)
+    };
+    // Five fields of i64 a token, as the row holds them.
+    let weigh = |row: &Row| row.input_ids.len() * 5 * 8;
+    let collate = |raw: RawBatch<Row>| -> Result<TokenBatch> {
+        let mut info = BatchInfo {
+            epoch: raw.epoch,
+            skipped: raw.skipped,
+            padding: raw.padding,
+            ..BatchInfo::default()
+        };
+        let mut rows = Vec::with_capacity(raw.samples.len());
+        for (sample, row) in raw.samples {
+            info.indices.push(sample.index);
+            info.keys.push(sample.name.unwrap_or(sample.key));
+            rows.push(row);
+        }
+        crate::tokens::collate(&rows, info).map_err(|e| CollateError::Other(Box::new(e)).into())
+    };
+    (Arc::new(stage), Arc::new(weigh), Arc::new(collate))
 }

@@ -373,10 +373,34 @@ fn hash_label(hasher: &mut xxhash_rust::xxh3::Xxh3, label: &Label) {
     }
 }
 
-/// A dataset's fingerprint: a hash of each sample's object, range and label.
+/// A dataset's fingerprint: a hash of each sample's object, range and label; for token
+/// files, of each file's key, ids, documents and cut.
 pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    for item in dataset.items() {
+    if let Some(tokens) = dataset.tokens() {
+        hasher.update(b"tokens");
+        for (key, file) in tokens.files() {
+            hasher.update(key.as_bytes());
+            hasher.update(&[0]);
+            hasher.update(file.dtype.name().as_bytes());
+            for n in [
+                file.offset,
+                file.blocking.row_len(),
+                u64::from(file.blocking.keep_tail()),
+                file.vocab.unwrap_or(0),
+                file.first_document,
+                file.documents.len() as u64,
+            ] {
+                hasher.update(&n.to_le_bytes());
+            }
+            file.documents
+                .ends()
+                .iter()
+                .for_each(|end| hasher.update(&end.to_le_bytes()));
+        }
+        return hasher.digest();
+    }
+    for item in dataset.iter() {
         hasher.update(item.key.as_bytes());
         hasher.update(&[0]);
         if let Some(name) = &item.name {

@@ -13,6 +13,12 @@
 //! the world size); every prefix of a segment holds each source within one of its weight; and
 //! within a source-epoch no sample comes twice, across segments too.
 //!
+//! Half the cases read token streams instead: three copies of a Megatron-LM dataset
+//! (megatron-core's own files, on local disk and behind the S3 server) cut in blocks of 8
+//! tokens, each block's fetched bytes checked against the file, so the committed blocks of
+//! every rank, in order, are the uninterrupted run's token stream: none lost, none
+//! repeated, every block the same bytes.
+//!
 //! 96 cases by default; `LOADER_PROPTEST_CASES=N` runs N. Every run is under the watchdog.
 
 mod common;
@@ -32,14 +38,73 @@ use loader_testkit::watchdog::within;
 use loader_testkit::{DatasetSpec, S3Server};
 use proptest::prelude::*;
 
-/// Three sources: files on local disk, files behind the S3 server, shards on disk.
+/// Three sources: files on local disk, files behind the S3 server, shards on disk; or
+/// three token datasets.
 struct World {
     _dir: tempfile::TempDir,
     _server: S3Server,
     sources: Vec<(DynStorage, Dataset)>,
+    /// Samples of each source.
+    sizes: [usize; 3],
 }
 
 const SIZES: [usize; 3] = [37, 23, 30];
+
+/// Tokens a block trains on, in the token world.
+const BLOCK: u64 = 8;
+
+fn world_of(tokens: bool) -> &'static World {
+    if tokens { token_world() } else { served() }
+}
+
+/// The megatron-core fixture `u16` three times: on local disk, behind the S3 server, on
+/// local disk again, each cut in blocks of [`BLOCK`].
+fn token_world() -> &'static World {
+    static WORLD: OnceLock<World> = OnceLock::new();
+    WORLD.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["one", "two", "three"] {
+            let d = dir.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            for ext in ["idx", "bin"] {
+                let file = format!("u16.{ext}");
+                std::fs::copy(megatron_fixture().join(&file), d.join(&file)).unwrap();
+            }
+        }
+        let server = S3Server::start(dir.path()).unwrap();
+        let mut options = loader_core::LoaderOptions::default();
+        options
+            .set("source.block_size", &BLOCK.to_string())
+            .unwrap();
+        let local = |name: &str| {
+            let url = dir.path().join(name).to_string_lossy().into_owned();
+            loader_core::open_with(&url, Vec::<(String, String)>::new(), &options).unwrap()
+        };
+        let s3 = loader_core::open_with("s3://two", server.options(), &options).unwrap();
+        let sources = vec![local("one"), s3, local("three")];
+        let sizes = [0, 1, 2].map(|s| sources[s].1.len());
+        World {
+            sources,
+            sizes,
+            _dir: dir,
+            _server: server,
+        }
+    })
+}
+
+fn megatron_fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/megatron")
+}
+
+/// The bytes block `index` of the token world's mixture must be: every source is the same
+/// file, so its block `index - offset` of that file.
+fn block_bytes(index: u64) -> Bytes {
+    static BIN: OnceLock<Vec<u8>> = OnceLock::new();
+    let bin = BIN.get_or_init(|| std::fs::read(megatron_fixture().join("u16.bin")).unwrap());
+    let block = index % token_world().sizes[0] as u64;
+    let start = (block * BLOCK * 2) as usize;
+    Bytes::copy_from_slice(&bin[start..start + (BLOCK as usize + 1) * 2])
+}
 
 fn served() -> &'static World {
     static WORLD: OnceLock<World> = OnceLock::new();
@@ -74,7 +139,6 @@ fn served() -> &'static World {
         // so the check reads every sample as label 0 here.
         let shard_data = Dataset::from_shards(
             shard_data
-                .items()
                 .iter()
                 .map(|i| loader_core::Item {
                     label: 0.into(),
@@ -91,6 +155,7 @@ fn served() -> &'static World {
                 (s3, files(SIZES[1])),
                 (shard_store, shard_data),
             ],
+            sizes: SIZES,
             _dir: dir,
             _server: server,
         }
@@ -120,6 +185,8 @@ struct Case {
     runs: Vec<Run>,
     /// Lanes left to the loader (chosen by the first run's world size) rather than 4.
     auto_lanes: bool,
+    /// Token datasets' blocks rather than files and shards.
+    tokens: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -148,9 +215,10 @@ fn case() -> impl Strategy<Value = Case> {
         any::<u64>(),
         prop::collection::vec(run, 1..=4),
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(weights, stop, n, per_stream, shuffle, seed, runs, auto_lanes)| Case {
+            |(weights, stop, n, per_stream, shuffle, seed, runs, auto_lanes, tokens)| Case {
                 weights,
                 stop: match stop {
                     0 => StopRule::FirstExhausted,
@@ -164,6 +232,7 @@ fn case() -> impl Strategy<Value = Case> {
                 seed,
                 runs,
                 auto_lanes,
+                tokens,
             },
         )
 }
@@ -189,13 +258,14 @@ fn weights_of(w: [u8; 3]) -> [f64; 3] {
 }
 
 fn loader(case: &Case, weights: [u8; 3], rank: usize, world: usize, batch: usize) -> Loader {
-    let sources = served()
+    let sources = world_of(case.tokens)
         .sources
         .iter()
         .zip(weights_of(weights))
         .map(|((store, data), w)| Source::new(Arc::clone(store), data.clone()).weight(w))
         .collect();
     let builder = DataLoader::mixture(sources);
+    let tokens = case.tokens;
     let builder = if case.auto_lanes {
         builder
     } else {
@@ -216,7 +286,13 @@ fn loader(case: &Case, weights: [u8; 3], rank: usize, world: usize, batch: usize
         .decode_threads(1)
         .prefetch(1)
         .map(
-            |_: Bytes, info: &SampleInfo| Ok(info.index),
+            move |bytes: Bytes, info: &SampleInfo| {
+                // A token block's bytes are the file's at that block, or the run fails.
+                if tokens && bytes != block_bytes(info.index) {
+                    return Err(format!("block {} is other bytes", info.index).into());
+                }
+                Ok(info.index)
+            },
             |raw: RawBatch<u64>| {
                 let real = raw.samples.len() - raw.padding;
                 Ok(Seen {
@@ -366,7 +442,8 @@ fn check(case: Case) -> Result<(), TestCaseError> {
     // Within a source-epoch no sample twice: (source, sample) read at most once per
     // (epoch, source-epoch) for stop rules that restart sources each epoch; across epochs
     // for the rest, which carry reads on.
-    let (sizes, offsets) = (SIZES, [0usize, SIZES[0], SIZES[0] + SIZES[1]]);
+    let sizes = world_of(case.tokens).sizes;
+    let offsets = [0usize, sizes[0], sizes[0] + sizes[1]];
     let source_of = |index: u64| {
         (0..3)
             .rev()
@@ -777,7 +854,7 @@ fn one_rank_reads_each_chunk_of_small_samples_once() {
                 })
                 .collect();
             let dataset =
-                Dataset::from_shards(dataset.items().to_vec(), Vec::new(), layout).unwrap();
+                Dataset::from_shards(dataset.iter().collect(), Vec::new(), layout).unwrap();
             let chunks: usize = dataset.shards().iter().map(|s| s.chunks.len()).sum();
             let store = from_url(
                 &dir.path().to_string_lossy(),

@@ -65,7 +65,6 @@ impl Served {
             Dataset::image_folder_blocking(&*from_url("s3://data", server.options()).unwrap())
                 .unwrap();
         let sums = dataset
-            .items()
             .iter()
             .map(|item| checksum(&std::fs::read(dir.path().join("data").join(&*item.key)).unwrap()))
             .collect();
@@ -81,7 +80,7 @@ impl Served {
         self.dir
             .path()
             .join("data")
-            .join(&*self.dataset.items()[index].key)
+            .join(&*self.dataset.get(index).unwrap().key)
     }
 
     fn store_at(&self, endpoint: &str) -> DynStorage {
@@ -279,7 +278,7 @@ impl Broken {
         let half = &originals[1].1[..originals[1].1.len() / 2];
         std::fs::write(served.path(CORRUPT), half).unwrap();
         let deny = Arc::new(AtomicBool::new(true));
-        let forbidden = served.dataset.items()[FORBIDDEN].key.to_string();
+        let forbidden = served.dataset.get(FORBIDDEN).unwrap().key.to_string();
         let inner = served.store_at(&served.server.endpoint());
         let name = inner.name().to_owned();
         let denied = Arc::clone(&deny);
@@ -310,7 +309,7 @@ impl Broken {
     }
 
     fn key(&self, index: usize) -> String {
-        self.served.dataset.items()[index].key.to_string()
+        self.served.dataset.get(index).unwrap().key.to_string()
     }
 
     /// The real decode pipeline, so a corrupt JPEG is found where a user would meet it.

@@ -374,7 +374,6 @@ fn rows_whose_image_is_a_path_beside_the_file_are_read_from_the_store() {
     let url = "s3://data/train/pa-mixed.parquet";
     let mixed = Dataset::open_blocking(url, &context(&store, &[])).unwrap();
     let pages: std::collections::BTreeSet<_> = mixed
-        .items()
         .iter()
         .filter_map(|item| item.range.clone().map(|r| (r.start, r.end)))
         .collect();

@@ -29,7 +29,6 @@ fn credentials_appear_in_no_debug_display_error_metric_or_trace() {
 
     let dataset = Dataset::image_folder_blocking(&*store).unwrap();
     let mut items: Vec<(String, i64)> = dataset
-        .items()
         .iter()
         .map(|i| (i.key.to_string(), i.label.class().unwrap_or(-1)))
         .collect();

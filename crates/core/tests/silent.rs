@@ -357,12 +357,7 @@ fn a_stale_sidecar_is_not_trusted_over_http() {
         &index.to_json(),
     )
     .unwrap();
-    let labels = |d: &Dataset| {
-        d.items()
-            .iter()
-            .map(|i| i.label.clone())
-            .collect::<Vec<_>>()
-    };
+    let labels = |d: &Dataset| d.iter().map(|i| i.label.clone()).collect::<Vec<_>>();
     assert_eq!(
         labels(
             &wds.load_blocking(&store, std::slice::from_ref(&shard))

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use loader_core::from_url;
 use loader_core::source::megatron;
 use loader_core::tokens::{Blocking, Documents, Packing, TokenFile, TokenType};
+use loader_core::{DataLoader, LoaderOptions, Source, from_url, open_with};
 use loader_testkit::{DelayProxy, S3Server};
 
 fn fixtures() -> PathBuf {
@@ -132,4 +132,136 @@ fn megatron_datasets_are_read_block_by_block_as_megatron_reads_them() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("lost.bin"), "{err}");
+}
+
+/// The fixtures in folders of their own under a bucket `tokens`: `u16/`, `i32/`, `both/`.
+fn bucket() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (folder, names) in [
+        ("u16", &["u16"][..]),
+        ("i32", &["i32-multi"]),
+        ("both", &["u16", "i32-multi"]),
+    ] {
+        let to = dir.path().join("tokens").join(folder);
+        std::fs::create_dir_all(&to).unwrap();
+        for name in names {
+            for ext in ["idx", "bin"] {
+                let file = format!("{name}.{ext}");
+                std::fs::copy(fixtures().join(&file), to.join(&file)).unwrap();
+            }
+        }
+    }
+    dir
+}
+
+#[test]
+fn a_megatron_dataset_opened_by_its_url_is_read_once_across_ranks_as_packed_rows() {
+    let dir = bucket();
+    let server = S3Server::start(dir.path()).unwrap();
+    let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
+    let storage = server.options_for(&proxy.url());
+    let mut options = LoaderOptions::default();
+    options.set("source.block_size", "32").unwrap();
+    options.set("source.vocab_size", "50000").unwrap();
+    let (store, dataset) = open_with("s3://tokens/u16", storage.clone(), &options).unwrap();
+    let want = &expected()["u16"];
+    let stream: Vec<i64> = want.documents.concat();
+    // 1,342 tokens: 41 blocks of 32 + 1, the last 30 dropped.
+    assert_eq!(dataset.len(), (stream.len() - 1) / 32);
+    assert!(!dataset.has_labels());
+    let documents = Documents::from_lengths(want.documents.iter().map(|d| d.len() as u64)).unwrap();
+    let blocking = Blocking::new(32, false).unwrap();
+    let mut seen = Vec::new();
+    for rank in 0..2 {
+        let loader = DataLoader::builder(store.clone(), dataset.clone())
+            .batch_size(4)
+            .shuffle(true)
+            .seed(7)
+            .distributed(rank, 2)
+            .tokens(Packing::new())
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in loader {
+            let batch = batch.unwrap();
+            let b = batch.info.indices.len();
+            assert_eq!(batch.input_ids.shape(), [b, 32]);
+            let inputs = batch.input_ids.as_i64().unwrap();
+            let labels = batch.labels.as_i64().unwrap();
+            let positions = batch.position_ids.as_i64().unwrap();
+            for (row, &index) in batch.info.indices.iter().enumerate() {
+                let block = blocking.block(&documents, index);
+                let tokens = &stream[block.tokens.start as usize..block.tokens.end as usize];
+                let want = Packing::new().row(tokens, &block, block.first_document as i64);
+                let cut = |v: &[i64]| v[row * 32..row * 32 + 32].to_vec();
+                assert_eq!(cut(inputs), want.input_ids, "block {index}: inputs");
+                assert_eq!(
+                    cut(inputs),
+                    tokens[..32],
+                    "block {index}: the stream's tokens"
+                );
+                assert_eq!(cut(labels), tokens[1..], "block {index}: labels");
+                assert_eq!(
+                    cut(positions),
+                    want.position_ids,
+                    "block {index}: positions"
+                );
+                assert!(batch.info.keys[row].ends_with("u16.bin"));
+                // A rank with no block left repeats one (41 blocks, 2 ranks): padding.
+                if row < b - batch.info.padding {
+                    seen.push(index);
+                }
+            }
+            let cu = batch.cu_seqlens.as_i32().unwrap();
+            assert_eq!((cu[0], cu[cu.len() - 1]), (0, 32 * b as i32));
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..dataset.len() as u64).collect::<Vec<_>>(),
+        "every block once"
+    );
+
+    // Files of other id types in one folder, or in one mixture: refused, naming them.
+    let err = open_with("s3://tokens/both", storage.clone(), &options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("u16.bin") && err.contains("int32") && err.contains("uint16"),
+        "{err}"
+    );
+    let mut wide = options.clone();
+    wide.set("source.vocab_size", "1048576").unwrap();
+    let (i32_store, i32_data) = open_with("s3://tokens/i32", storage.clone(), &wide).unwrap();
+    let err = DataLoader::mixture(vec![
+        Source::new(store.clone(), dataset.clone()),
+        Source::new(i32_store, i32_data),
+    ])
+    .tokens(Packing::new())
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("source 1") && err.contains("int32"), "{err}");
+    // Without a block size, the error says which setting to give.
+    let err = open_with(
+        "s3://tokens/u16",
+        storage.clone(),
+        &LoaderOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("source.block_size"), "{err}");
+    // An image dataset asked for token rows: refused.
+    let images = tempfile::tempdir().unwrap();
+    loader_testkit::DatasetSpec::tiny(4, 2)
+        .write(images.path())
+        .unwrap();
+    let (image_store, image_data) = loader_core::open(&images.path().to_string_lossy()).unwrap();
+    let err = DataLoader::builder(image_store, image_data)
+        .tokens(Packing::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("no token blocks"), "{err}");
 }

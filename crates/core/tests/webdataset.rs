@@ -58,7 +58,7 @@ fn shards_written_by_gnu_tar_tarfile_and_webdataset_index_as_written() {
             .unwrap();
         assert_eq!(dataset.len(), samples.len(), "{shard}");
         let bytes = std::fs::read(dir.join(shard)).unwrap();
-        for (item, want) in dataset.items().iter().zip(samples) {
+        for (item, want) in dataset.iter().zip(samples) {
             assert_eq!(item.name.as_deref(), Some(want.key.as_str()), "{shard}");
             assert_eq!(item.label, want.label, "{shard} {}", want.key);
             let mut members: Vec<&str> = item.members.iter().map(|m| &*m.name).collect();
@@ -240,8 +240,7 @@ fn a_sidecar_index_is_used_while_fresh_and_rebuilt_when_the_shard_changes() {
     let sidecar = dir.path().join(format!("{shard}{SIDECAR_SUFFIX}"));
     write_atomically(&sidecar, &marked.to_json()).unwrap();
     let names = |d: &Dataset| {
-        d.items()
-            .iter()
+        d.iter()
             .map(|i| i.name.as_deref().unwrap_or("").to_owned())
             .collect::<Vec<_>>()
     };
@@ -399,7 +398,7 @@ fn fields_choose_the_main_member_and_carry_only_the_others_named() {
         .load_blocking(&store, &["webdataset.tar".into()])
         .unwrap();
     assert_eq!(dataset.len(), 7);
-    for item in dataset.items() {
+    for item in dataset.iter() {
         let names: Vec<&str> = item.members.iter().map(|m| &*m.name).collect();
         assert_eq!(names, ["cls"], "only the fields, by the suffix found");
     }

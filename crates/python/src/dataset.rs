@@ -174,7 +174,7 @@ impl PyDataset {
     /// `""` for none), for a dataset of one object per sample.
     fn extensions(&self) -> HashMap<String, usize> {
         let mut counts = HashMap::new();
-        for item in self.dataset.items() {
+        for item in self.dataset.iter() {
             let ext = item
                 .key
                 .rsplit_once('/')
@@ -197,11 +197,19 @@ impl PyDataset {
     /// or `"values"` (numbers), as batches hold them.
     #[getter]
     fn label_kind(&self) -> &'static str {
-        match self.dataset.items().first().map(|i| &i.label) {
+        match self.dataset.get(0).map(|i| i.label) {
             Some(Label::Classes(_)) => "multi",
             Some(Label::Value(_) | Label::Values(_)) => "values",
             _ => "class",
         }
+    }
+
+    /// The tokens a row trains on, for a dataset of token blocks (`None` for others).
+    #[getter]
+    fn block_size(&self) -> Option<u64> {
+        self.dataset
+            .tokens()
+            .map(|files| files.blocking().row_len())
     }
 
     /// Shards (0 for a dataset of one object per sample).

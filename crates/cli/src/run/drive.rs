@@ -7,14 +7,45 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use loader_core::storage::layer::StorageMetrics;
-use loader_core::{Batch, DataLoader, LoaderOptions};
+use loader_core::tokens::TokenBatch;
+use loader_core::{Batch, BatchInfo, DataLoader, LoaderOptions};
 
 use super::Args;
 use crate::Result;
 
+/// A batch as a run counts it: its samples, and the tokens it trains on.
+pub(super) trait Counted {
+    /// Where its samples came from.
+    fn info(&self) -> &BatchInfo;
+    /// Tokens trained on, padding repeats left out (0 for images).
+    fn tokens(&self) -> u64 {
+        0
+    }
+}
+
+impl Counted for Batch {
+    fn info(&self) -> &BatchInfo {
+        &self.info
+    }
+}
+
+impl Counted for TokenBatch {
+    fn info(&self) -> &BatchInfo {
+        &self.info
+    }
+    fn tokens(&self) -> u64 {
+        let rows = self.info.indices.len() - self.info.padding;
+        let len = self.input_ids.shape().get(1).copied().unwrap_or(0);
+        (rows * len) as u64
+    }
+}
+
 /// What a run read.
 pub(super) struct Tally {
+    /// Samples delivered (images, or token blocks), padding left out.
     pub(super) images: usize,
+    /// Tokens trained on (token datasets).
+    pub(super) tokens: u64,
     pub(super) skipped: usize,
     /// Repeats that even out an epoch's last global batch.
     pub(super) padded: usize,
@@ -34,8 +65,8 @@ pub(super) fn requests(metrics: &[Arc<StorageMetrics>]) -> (u64, u64) {
 }
 
 /// Read the run's epochs (to `--stop-after-batches`), printing keys when asked.
-pub(super) fn drive(
-    loader: &mut DataLoader,
+pub(super) fn drive<T: Send + 'static, B: Counted>(
+    loader: &mut DataLoader<T, B>,
     args: &Args,
     options: &LoaderOptions,
     metrics: &[Arc<StorageMetrics>],
@@ -45,6 +76,7 @@ pub(super) fn drive(
     let bar = bar(loader, args, passes);
     let mut tally = Tally {
         images: 0,
+        tokens: 0,
         skipped: 0,
         padded: 0,
         batches: 0,
@@ -63,19 +95,20 @@ pub(super) fn drive(
             let batch = batch?;
             count(&mut tally, &batch, &bar);
             if args.print_keys {
-                let real = batch.len() - batch.info.padding;
-                for (index, key) in batch.info.indices[..real]
-                    .iter()
-                    .zip(&batch.info.keys[..real])
-                {
+                let info = batch.info();
+                let real = info.indices.len() - info.padding;
+                for (index, key) in info.indices[..real].iter().zip(&info.keys[..real]) {
                     let source = loader.source_of(*index).map_or(0, |(s, _)| s);
-                    writeln!(keys_out, "{}\t{source}\t{key}", batch.info.epoch)?;
+                    writeln!(keys_out, "{}\t{source}\t{key}", info.epoch)?;
                 }
             }
             let secs = tally.start.elapsed().as_secs_f64().max(1e-9);
+            let rate = match tally.tokens {
+                0 => format!("{:.0} img/s", tally.images as f64 / secs),
+                tokens => format!("{:.0} tokens/s", tokens as f64 / secs),
+            };
             bar.set_message(format!(
-                "{:.0} img/s, {:.1} MB/s",
-                tally.images as f64 / secs,
+                "{rate}, {:.1} MB/s",
                 requests(metrics).1 as f64 / 1e6 / secs
             ));
             bar.inc(1);
@@ -101,12 +134,14 @@ pub(super) fn drive(
     Ok(tally)
 }
 
-/// A batch's images, padding and skips, counted; skips reported above the bar.
-fn count(tally: &mut Tally, batch: &Batch, bar: &ProgressBar) {
+/// A batch's samples, tokens, padding and skips, counted; skips reported above the bar.
+fn count(tally: &mut Tally, batch: &impl Counted, bar: &ProgressBar) {
+    let info = batch.info();
     tally.batches += 1;
-    tally.images += batch.len() - batch.info.padding;
-    tally.padded += batch.info.padding;
-    for e in &batch.info.skipped {
+    tally.images += info.indices.len() - info.padding;
+    tally.tokens += batch.tokens();
+    tally.padded += info.padding;
+    for e in &info.skipped {
         bar.println(format!("skipped: {e}"));
         tally.skipped += 1;
     }
@@ -114,7 +149,7 @@ fn count(tally: &mut Tally, batch: &Batch, bar: &ProgressBar) {
 
 /// The progress bar of `passes` epochs (or of `--stop-after-batches`), hidden when the
 /// output is keys or JSON.
-fn bar(loader: &DataLoader, args: &Args, passes: u64) -> ProgressBar {
+fn bar<T: Send + 'static, B>(loader: &DataLoader<T, B>, args: &Args, passes: u64) -> ProgressBar {
     let endless = loader.len() == usize::MAX;
     let total = match (args.stop_after_batches, endless) {
         (Some(n), _) => n,

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use loader_core::storage::layer::{CachePolicy, StorageMetrics};
+use loader_core::tokens::Packing;
 use loader_core::{
     DataLoader, LabelKind, Launch, LoaderOptions, LoaderState, Pipeline, ShardOrder, Source,
     StopRule, StorageExt, Trace, from_url, store_url,
@@ -55,6 +56,8 @@ pub struct Args {
     print_keys: bool,
     #[arg(long, value_name = "local|global", value_parser = option_value::<ShardOrder>, help = declared("shard_order"))]
     order: Option<ShardOrder>,
+    #[arg(long, value_name = "TOKENS", help = declared("source.block_size"))]
+    block_size: Option<u64>,
     #[arg(long, value_name = "class|multi|values", requires = "manifest", value_parser = option_value::<LabelKind>, help = declared("source.labels"))]
     labels: Option<LabelKind>,
     #[command(flatten)]
@@ -136,6 +139,7 @@ impl Args {
         }
         self.source.over(&mut o.source);
         o.source.labels = self.labels.unwrap_or_default();
+        o.source.block_size = self.block_size;
         // Ranks: as given, else the launcher's.
         let (rank, world) = match (self.rank, self.world_size) {
             (Some(rank), Some(world)) => (rank, world),
@@ -161,19 +165,19 @@ pub fn main(args: Args) -> Result {
     let options = args.checked_options(cores)?;
     let opened = open(&args, &options)?;
     let trace = args.trace.as_ref().map(|_| Arc::new(Trace::new()));
+    let tokens = opened.sources[0].dataset.tokens().is_some();
     let mut builder = DataLoader::mixture(opened.sources).options(options.clone());
     if let Some(trace) = &trace {
         builder = builder.trace(Arc::clone(trace));
     }
-    let mut loader = builder.transform(Pipeline::imagenet_eval()).build()?;
-    if let Some(path) = &args.resume {
-        loader.resume(read_state(path)?)?;
-    }
-    let tally = drive::drive(&mut loader, &args, &options, &opened.metrics)?;
-    if let Some(path) = &args.save_state {
-        save_state(&loader.state()?, path)?;
-    }
-    let finished = report::Finished::of(loader, tally);
+    let metrics = &opened.metrics;
+    let finished = if tokens {
+        let loader = builder.tokens(Packing::new())?.build()?;
+        drive_and_save(loader, &args, &options, metrics)?
+    } else {
+        let loader = builder.transform(Pipeline::imagenet_eval()).build()?;
+        drive_and_save(loader, &args, &options, metrics)?
+    };
     if let (Some(trace), Some(path)) = (&trace, &args.trace) {
         trace.write_json(std::io::BufWriter::new(std::fs::File::create(path)?))?;
         eprintln!(
@@ -183,6 +187,23 @@ pub fn main(args: Args) -> Result {
         );
     }
     report::print(&args, &finished, &opened.names, &opened.metrics)
+}
+
+/// Resume the run if asked, drive it, save its state if asked.
+fn drive_and_save<T: Send + 'static, B: drive::Counted>(
+    mut loader: DataLoader<T, B>,
+    args: &Args,
+    options: &LoaderOptions,
+    metrics: &[Arc<StorageMetrics>],
+) -> Result<report::Finished> {
+    if let Some(path) = &args.resume {
+        loader.resume(read_state(path)?)?;
+    }
+    let tally = drive::drive(&mut loader, args, options, metrics)?;
+    if let Some(path) = &args.save_state {
+        save_state(&loader.state()?, path)?;
+    }
+    Ok(report::Finished::of(loader, tally))
 }
 
 impl Args {
@@ -231,12 +252,21 @@ fn open(args: &Args, options: &LoaderOptions) -> Result<Opened> {
         let store = store.into_dyn();
         opened.names.push(store.name().to_owned());
         let dataset = open_dataset(url, &store, options, progress)?;
-        eprintln!(
-            "{} samples, {} classes at {}",
-            dataset.len(),
-            dataset.classes().len(),
-            store.name()
-        );
+        match dataset.tokens() {
+            Some(files) => eprintln!(
+                "{} blocks of {} tokens in {} files at {}",
+                dataset.len(),
+                files.blocking().row_len(),
+                files.files().len(),
+                store.name()
+            ),
+            None => eprintln!(
+                "{} samples, {} classes at {}",
+                dataset.len(),
+                dataset.classes().len(),
+                store.name()
+            ),
+        }
         let weight = args.weights.get(i).copied().unwrap_or(1.0);
         opened
             .sources

@@ -25,7 +25,7 @@ pub(super) struct Finished {
 impl Finished {
     /// `loader`'s last word on the run `tally` counted (the loader is dropped here, its
     /// threads joined, before anything is printed).
-    pub(super) fn of(loader: DataLoader, tally: Tally) -> Self {
+    pub(super) fn of<T: Send + 'static, B>(loader: DataLoader<T, B>, tally: Tally) -> Self {
         let state = loader.state().ok();
         let cache = loader.cache().map(|c| c.snapshot());
         let node = loader.cache().and_then(|c| {
@@ -77,14 +77,26 @@ fn text(
     } else {
         String::new()
     };
-    writeln!(
-        out,
-        "{} images ({} skipped{padding}) in {:.1} s: {:.0} img/s",
-        t.images,
-        t.skipped,
-        run.seconds,
-        t.images as f64 / run.seconds
-    )?;
+    if t.tokens > 0 {
+        writeln!(
+            out,
+            "{} blocks, {} tokens ({} skipped{padding}) in {:.1} s: {:.0} tokens/s",
+            t.images,
+            t.tokens,
+            t.skipped,
+            run.seconds,
+            t.tokens as f64 / run.seconds
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{} images ({} skipped{padding}) in {:.1} s: {:.0} img/s",
+            t.images,
+            t.skipped,
+            run.seconds,
+            t.images as f64 / run.seconds
+        )?;
+    }
     if let Some(state) = &run.state {
         writeln!(
             out,
@@ -130,6 +142,9 @@ fn json(run: &Finished, names: &[String], metrics: &[Arc<StorageMetrics>]) -> se
         "batches": t.batches,
         "seconds": run.seconds,
         "images_per_sec": t.images as f64 / run.seconds,
+        // Token datasets: the tokens trained on (blocks are counted as `images`).
+        "tokens": (t.tokens > 0).then_some(t.tokens),
+        "tokens_per_sec": (t.tokens > 0).then(|| t.tokens as f64 / run.seconds),
         "bytes": total_bytes,
         "requests": total_requests,
         "state": run.state.as_ref().map(|s| serde_json::json!({"epoch": s.epoch, "position": s.position})),

@@ -4,6 +4,7 @@
 use super::{OptionKey, OptionValue};
 use crate::error::{ConfigError, OptionError};
 use crate::source::LabelKind;
+use crate::tokens::Blocking;
 
 /// A column chosen by name, found by its usual names, or none at all.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -40,7 +41,7 @@ options_group! {
     /// and the settings of the format it is. A setting the format found does not read is
     /// refused, naming the formats that do.
     pub struct SourceOptions {
-        /// The dataset's format by its registered name: `imagefolder`, `manifest`, `webdataset`, `parquet`, `mds`, `litdata` (none: found from the URL and its listing).
+        /// The dataset's format by its registered name: `imagefolder`, `manifest`, `webdataset`, `parquet`, `mds`, `litdata`, `megatron` (none: found from the URL and its listing).
         format: Option<String> = None,
         /// A manifest key under the URL (CSV `key,label` or JSON lines), read instead of listing.
         manifest: Option<String> = None,
@@ -56,6 +57,12 @@ options_group! {
         label_column: Column = Column::Auto,
         /// Parquet: other columns handed to the stage as each sample's members, by name.
         member_columns: Vec<String> = Vec::new(),
+        /// Token datasets (Megatron-LM): the tokens a row trains on; each block reads one more, for the shifted labels (required: no default fits every model).
+        block_size: Option<u64> = None,
+        /// Token datasets: keep each file's last tokens, fewer than a block, as a short row padded to `block_size` (default: dropped, as Megatron-LM and LitData do).
+        keep_tail: bool = false,
+        /// Token datasets: ids at or past this are refused as damage or a wrong id type (none: unchecked but for negative ids).
+        vocab_size: Option<u64> = None,
     }
 }
 
@@ -118,6 +125,32 @@ impl SourceOptions {
                     .into(),
             ));
         }
+        if self.block_size.is_none() && (self.keep_tail || self.vocab_size.is_some()) {
+            return Err(ConfigError::Option(
+                "source.keep_tail and source.vocab_size say how token blocks are read: set \
+                 source.block_size too"
+                    .into(),
+            ));
+        }
+        if self.vocab_size == Some(0) {
+            return Err(ConfigError::Option(
+                "source.vocab_size is 0: no id would be read; give the tokenizer's vocabulary \
+                 size, or leave it unset"
+                    .into(),
+            ));
+        }
+        self.blocking()?;
         Ok(())
+    }
+
+    /// How token files are cut: `source.block_size` and `source.keep_tail`; `None` when no
+    /// block size is set.
+    pub fn blocking(&self) -> Result<Option<Blocking>, ConfigError> {
+        self.block_size
+            .map(|len| {
+                Blocking::new(len, self.keep_tail)
+                    .map_err(|e| ConfigError::Option(format!("source.block_size: {e}")))
+            })
+            .transpose()
     }
 }

@@ -356,7 +356,7 @@ pub(super) fn shares_spans(data: &Dataset) -> bool {
             .iter()
             .filter_map(|c| data.get(c.start))
             .find(|item| item.key == shard.key)
-            .and_then(|item| item.record.as_ref())
+            .and_then(|item| item.record)
             .is_some_and(|r| r.shared)
     })
 }

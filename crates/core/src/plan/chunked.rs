@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 use loader_scheduler::{BatchPlan, Chunk, WorkItem};
 
-use crate::{Dataset, Item};
+use crate::Dataset;
 
 /// One rank's part of one batch, before it becomes the engine's plan.
 pub(super) struct Cut {
@@ -107,7 +107,7 @@ impl Iterator for Chunked {
                     let mut item = self
                         .dataset
                         .get(index)
-                        .map(Item::to_work)
+                        .map(|item| item.to_work())
                         .unwrap_or_default();
                     item.index = index as u64;
                     item.position = read.position;

@@ -9,6 +9,7 @@ pub use loader_scheduler::Member;
 use loader_storage::ObjectMeta;
 
 use super::error::{Result, SourceError};
+use crate::tokens::TokenFiles;
 
 /// The class names, one per line in index order, beside a dataset's shards (as `loader
 /// pack` writes them).
@@ -88,7 +89,7 @@ impl ShardLayout {
 /// The samples of a dataset, by index, and the class names when labels are classes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Dataset {
-    items: Arc<[Item]>,
+    samples: Samples,
     classes: Arc<[String]>,
     shards: Arc<[ShardLayout]>,
     /// For sharded datasets: each item's chunk id, and each chunk's byte range and samples.
@@ -101,11 +102,28 @@ pub struct Dataset {
     unlabelled: bool,
 }
 
+/// How a dataset holds its samples: a record each, or computed when asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Samples {
+    /// One record per sample, as listings and indexes give them.
+    Listed(Arc<[Item]>),
+    /// Blocks of token files: sample `i` is block `i`, its bytes found from the files'
+    /// document lengths when asked (a corpus of 10^10 tokens would otherwise take a
+    /// record per block).
+    Tokens(Arc<TokenFiles>),
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Self::Listed(Arc::default())
+    }
+}
+
 impl Dataset {
     /// From explicit items; `classes` may be empty when labels are plain integers.
     pub fn from_items(items: Vec<Item>, classes: Vec<String>) -> Self {
         Self {
-            items: items.into(),
+            samples: Samples::Listed(items.into()),
             classes: classes.into(),
             ..Self::default()
         }
@@ -181,7 +199,7 @@ impl Dataset {
             }
         }
         Ok(Self {
-            items: items.into(),
+            samples: Samples::Listed(items.into()),
             classes: classes.into(),
             shards: shards.into(),
             chunk_of: chunk_of.into(),
@@ -210,7 +228,7 @@ impl Dataset {
     /// The same dataset with `classes` as its class names (a `classes.txt` beside shards
     /// whose `.cls` are indices): refused when a sample's class is not one of them.
     pub fn with_classes(mut self, classes: Vec<String>) -> Result<Self> {
-        if let Some(item) = self.items.iter().find(|i| {
+        if let Some(item) = self.iter().find(|i| {
             matches!(i.label, Label::Class(c) if usize::try_from(c).map_or(true, |c| c >= classes.len()))
         }) {
             return Err(SourceError::Invalid(format!(
@@ -264,24 +282,52 @@ impl Dataset {
         )
     }
 
+    /// The blocks of token `files` as samples, unlabelled: each block one ranged read of
+    /// its file, computed when asked.
+    pub fn from_tokens(files: TokenFiles) -> Self {
+        Self {
+            samples: Samples::Tokens(Arc::new(files)),
+            unlabelled: true,
+            ..Self::default()
+        }
+    }
+
+    /// Its token files, when its samples are blocks of tokens.
+    pub fn tokens(&self) -> Option<&Arc<TokenFiles>> {
+        match &self.samples {
+            Samples::Tokens(files) => Some(files),
+            Samples::Listed(_) => None,
+        }
+    }
+
     /// Samples in the dataset.
     pub fn len(&self) -> usize {
-        self.items.len()
+        match &self.samples {
+            Samples::Listed(items) => items.len(),
+            // `TokenFiles::new` refused more blocks than a `usize` counts.
+            Samples::Tokens(files) => usize::try_from(files.blocks()).unwrap_or(usize::MAX),
+        }
     }
 
     /// Whether it has no samples.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
     }
 
     /// Sample `index`.
-    pub fn get(&self, index: usize) -> Option<&Item> {
-        self.items.get(index)
+    pub fn get(&self, index: usize) -> Option<Item> {
+        match &self.samples {
+            Samples::Listed(items) => items.get(index).cloned(),
+            Samples::Tokens(files) => {
+                let (key, range) = files.range(index as u64)?;
+                Some(Item::ranged(key, range, Label::None))
+            }
+        }
     }
 
-    /// All samples.
-    pub fn items(&self) -> &[Item] {
-        &self.items
+    /// Every sample, in index order.
+    pub fn iter(&self) -> impl Iterator<Item = Item> + '_ {
+        (0..self.len()).map_while(|i| self.get(i))
     }
 
     /// Class names, indexed by label (empty for integer-labelled manifests).

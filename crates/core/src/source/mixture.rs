@@ -8,6 +8,7 @@ use loader_storage::{DynStorage, MountStore};
 
 use super::index::{Dataset, Item, ShardLayout};
 use crate::error::ConfigError;
+use crate::tokens::TokenFiles;
 
 /// One dataset of a mixture: where it is stored, its samples, and its weight (the share of
 /// the mixture's reads it gets, relative to the others').
@@ -40,7 +41,7 @@ impl Source {
 
 /// The kind of labels a dataset's samples carry, for checking that sources agree.
 fn label_kind(dataset: &Dataset) -> Option<String> {
-    dataset.items().first().map(|item| match &item.label {
+    dataset.get(0).map(|item| match &item.label {
         Label::None => "no label".into(),
         Label::Class(_) => "class labels".into(),
         Label::Classes(set) => format!("multi-label sets of {} classes", set.of),
@@ -60,8 +61,30 @@ pub(crate) fn combine(sources: &[Source]) -> crate::Result<(DynStorage, Dataset,
     if let Some(index) = sources.iter().position(|s| s.dataset.is_empty()) {
         return Err(ConfigError::EmptySource { index }.into());
     }
+    // Stores are mounted at their dataset's fingerprint, not their place in the list, so a
+    // cache directory's entries stay with their dataset when the list is reordered.
+    let mut mounts: Vec<String> = Vec::with_capacity(sources.len());
+    for s in sources {
+        let name = format!("{:016x}", crate::state::dataset_hash(&s.dataset));
+        let again = mounts.iter().filter(|m| m.starts_with(&name)).count();
+        mounts.push(if again == 0 {
+            name
+        } else {
+            format!("{name}-{again}")
+        });
+    }
+    if sources[0].dataset.tokens().is_some() {
+        return combine_tokens(sources, mounts);
+    }
     let first = &sources[0].dataset;
     for (index, s) in sources.iter().enumerate().skip(1) {
+        if s.dataset.tokens().is_some() {
+            return Err(ConfigError::MixtureTokens {
+                index,
+                problem: "holds token blocks, source 0 other samples".into(),
+            }
+            .into());
+        }
         if s.dataset.classes() != first.classes() {
             return Err(ConfigError::MixtureClasses {
                 index,
@@ -80,18 +103,6 @@ pub(crate) fn combine(sources: &[Source]) -> crate::Result<(DynStorage, Dataset,
             .into());
         }
     }
-    // Stores are mounted at their dataset's fingerprint, not their place in the list, so a
-    // cache directory's entries stay with their dataset when the list is reordered.
-    let mut mounts: Vec<String> = Vec::with_capacity(sources.len());
-    for s in sources {
-        let name = format!("{:016x}", crate::state::dataset_hash(&s.dataset));
-        let again = mounts.iter().filter(|m| m.starts_with(&name)).count();
-        mounts.push(if again == 0 {
-            name
-        } else {
-            format!("{name}-{again}")
-        });
-    }
     let mut items: Vec<Item> = Vec::new();
     let mut shards: Vec<ShardLayout> = Vec::new();
     let mut objects = Vec::new();
@@ -102,10 +113,10 @@ pub(crate) fn combine(sources: &[Source]) -> crate::Result<(DynStorage, Dataset,
         offsets.push(offset);
         stores.push((mount.clone(), Arc::clone(&source.store)));
         let mounted = |key: &str| -> Arc<str> { MountStore::key(&mount, key).into() };
-        items.extend(source.dataset.items().iter().map(|item| Item {
+        items.extend(source.dataset.iter().map(|item| Item {
             key: mounted(&item.key),
             name: Some(item.name.clone().unwrap_or_else(|| Arc::clone(&item.key))),
-            ..item.clone()
+            ..item
         }));
         shards.extend(source.dataset.shards().iter().map(|shard| {
             ShardLayout {
@@ -129,6 +140,61 @@ pub(crate) fn combine(sources: &[Source]) -> crate::Result<(DynStorage, Dataset,
     if !labelled {
         dataset = dataset.without_labels();
     }
+    let store: DynStorage = Arc::new(MountStore::new(stores)?);
+    Ok((store, dataset, offsets))
+}
+
+/// Token sources as one stream of blocks, each source's files after the last's.
+fn combine_tokens(
+    sources: &[Source],
+    mounts: Vec<String>,
+) -> crate::Result<(DynStorage, Dataset, Vec<usize>)> {
+    let unlike = |index, problem: String| ConfigError::MixtureTokens { index, problem };
+    let mut parts: Vec<TokenFiles> = Vec::with_capacity(sources.len());
+    let mut objects = Vec::new();
+    let mut offsets = Vec::with_capacity(sources.len());
+    let mut stores = Vec::with_capacity(sources.len());
+    let mut offset = 0usize;
+    for (index, (source, mount)) in sources.iter().zip(mounts).enumerate() {
+        let Some(files) = source.dataset.tokens() else {
+            return Err(unlike(index, "holds samples, source 0 token blocks".into()).into());
+        };
+        if let Some(first) = parts.first() {
+            let problem = if files.dtype() != first.dtype() {
+                format!(
+                    "stores ids as {}, source 0 as {}",
+                    files.dtype().name(),
+                    first.dtype().name()
+                )
+            } else if files.blocking() != first.blocking() {
+                format!(
+                    "is cut in blocks of {} tokens, source 0 in blocks of {}",
+                    files.blocking().row_len(),
+                    first.blocking().row_len()
+                )
+            } else if files.files()[0].1.vocab != first.files()[0].1.vocab {
+                "declares another vocabulary size than source 0".into()
+            } else {
+                String::new()
+            };
+            if !problem.is_empty() {
+                return Err(unlike(index, problem).into());
+            }
+        }
+        offsets.push(offset);
+        offset += source.dataset.len();
+        parts.push(files.rekeyed(|key| MountStore::key(&mount, key).into()));
+        objects.extend(source.dataset.objects().iter().map(|o| {
+            let mut o = o.clone();
+            o.key = MountStore::key(&mount, &o.key);
+            o
+        }));
+        stores.push((mount, Arc::clone(&source.store)));
+    }
+    let parts: Vec<&TokenFiles> = parts.iter().collect();
+    let files = TokenFiles::concat(&parts)
+        .map_err(|e| unlike(sources.len() - 1, format!("cannot be added: {e}")))?;
+    let dataset = Dataset::from_tokens(files).with_objects(objects);
     let store: DynStorage = Arc::new(MountStore::new(stores)?);
     Ok((store, dataset, offsets))
 }

@@ -1,4 +1,4 @@
-//! The formats [`Dataset::open`](super::Dataset::open) knows: the six built in, then any a
+//! The formats [`Dataset::open`](super::Dataset::open) knows: the seven built in, then any a
 //! caller [`register`]s, in one process-wide list (as the `image` crate's decoding hooks
 //! are), so every front end (the CLI, Python, a caller's own code) reads the same ones.
 
@@ -9,6 +9,7 @@ use super::image_folder::ImageFolder;
 use super::litdata::LitData;
 use super::manifest::Manifest;
 use super::mds::Mds;
+use super::megatron::Megatron;
 use super::parquet::Parquet;
 use super::webdataset::WebDataset;
 
@@ -21,6 +22,7 @@ fn formats() -> &'static RwLock<Vec<Arc<dyn Format>>> {
             Arc::new(Parquet::new()),
             Arc::new(Mds::new()),
             Arc::new(LitData::new()),
+            Arc::new(Megatron),
             Arc::new(ImageFolder),
         ])
     })

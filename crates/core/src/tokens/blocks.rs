@@ -83,6 +83,11 @@ impl Documents {
         self.ends.is_empty()
     }
 
+    /// The token count at each document's end, in order.
+    pub fn ends(&self) -> &[u64] {
+        &self.ends
+    }
+
     /// Tokens in all.
     pub fn tokens(&self) -> u64 {
         self.ends.last().copied().unwrap_or(0)

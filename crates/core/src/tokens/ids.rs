@@ -19,6 +19,18 @@ pub enum TokenType {
 }
 
 impl TokenType {
+    /// Its name as numpy gives it: `uint16`, `int32`, ...
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::U8 => "uint8",
+            Self::I8 => "int8",
+            Self::I16 => "int16",
+            Self::I32 => "int32",
+            Self::I64 => "int64",
+            Self::U16 => "uint16",
+        }
+    }
+
     /// Bytes a token takes.
     pub fn size(self) -> u64 {
         match self {

@@ -1,15 +1,17 @@
 //! Token streams for language models: ids as files store them (`ids`), a token file cut
 //! into fixed-length blocks (`blocks`; `file` ties a file's ids, documents and blocks
-//! together), a block made into the row a model trains on (`pack`), rows collated into a
-//! batch (`batch`).
+//! together; `files` runs a dataset's files on as one run of blocks), a block made into the
+//! row a model trains on (`pack`), rows collated into a batch (`batch`).
 //!
 //! A block is `L + 1` consecutive tokens of one file, the last shared with the next block
 //! (labels are the inputs shifted by one); a document longer than a block goes on in the
 //! next, never dropped. Block `i` is found from the documents' lengths by binary search,
-//! and is one byte range of its file, so a block can be a sample like any other. That is
-//! where this goes (the loader does not open token datasets yet): the global order reading
-//! blocks, mixing sources by weight (every block holds `L` tokens, so weights in blocks are
-//! weights in tokens) and resuming exactly once on any world size without replaying a token.
+//! and is one byte range of its file, so a block is a sample like any other: a token
+//! [`Dataset`](crate::Dataset) computes it when asked
+//! ([`Dataset::from_tokens`](crate::Dataset::from_tokens)), the global order reads blocks,
+//! mixes sources by weight (every block holds `L` tokens, so weights in blocks are weights
+//! in tokens) and resumes exactly once on any world size without replaying a token; the
+//! builder's [`tokens`](crate::DataLoaderBuilder::tokens) packs them into batches.
 //!
 //! ```
 //! use loader_core::tokens::{Blocking, Documents, Packing};
@@ -29,11 +31,13 @@
 mod batch;
 mod blocks;
 mod file;
+mod files;
 mod ids;
 mod pack;
 
 pub use batch::{TokenBatch, collate};
 pub use blocks::{Block, Blocking, BlockingError, Documents, DocumentsError};
 pub use file::TokenFile;
+pub use files::{TokenFiles, TokenFilesError};
 pub use ids::TokenType;
 pub use pack::{Packing, Row};

@@ -8,11 +8,7 @@ fn csv_with_names_maps_through_sorted_classes() {
     )
     .unwrap();
     assert_eq!(d.classes(), ["cat", "dog"]);
-    let labels: Vec<i64> = d
-        .items()
-        .iter()
-        .map(|i| i.label.class().unwrap_or(-1))
-        .collect();
+    let labels: Vec<i64> = d.iter().map(|i| i.label.class().unwrap_or(-1)).collect();
     assert_eq!(labels, [1, 0, 1]);
 }
 
@@ -24,21 +20,16 @@ fn integer_labels_are_kept() {
     )
     .unwrap();
     assert!(d.classes().is_empty());
-    assert_eq!(d.items()[0].label, 7);
+    assert_eq!(d.get(0).unwrap().label, 7);
 }
 
 #[test]
 fn manifests_without_labels_label_nothing() {
-    let labels = |d: Dataset| {
-        d.items()
-            .iter()
-            .map(|i| i.label.clone())
-            .collect::<Vec<_>>()
-    };
+    let labels = |d: Dataset| d.iter().map(|i| i.label).collect::<Vec<_>>();
     let d = Dataset::parse_manifest("{\"key\":\"a\",\"class\":3}\n", ManifestSyntax::JsonLines)
         .unwrap();
     assert!(
-        d.has_labels() && d.items()[0].label == 3,
+        d.has_labels() && d.get(0).unwrap().label == 3,
         "\"class\" as CSV's header says"
     );
     for (text, format) in [
@@ -58,7 +49,7 @@ fn manifests_without_labels_label_nothing() {
         ManifestSyntax::Csv,
     )
     .unwrap();
-    assert_eq!(d.items()[1].range, Some(4..8));
+    assert_eq!(d.get(1).unwrap().range, Some(4..8));
     // A label forgotten on some lines only is an error, not a sample labelled -1.
     let err = |text, format| {
         Dataset::parse_manifest(text, format)
@@ -156,23 +147,22 @@ fn csv_headers_are_recognised_by_their_column_names_or_refused() {
     ] {
         let d = Dataset::parse_manifest(text, ManifestSyntax::Csv)
             .unwrap_or_else(|e| panic!("{text:?}: {e}"));
-        let got: Vec<(&str, i64)> = d
-            .items()
+        let got: Vec<(String, i64)> = d
             .iter()
-            .map(|i| (&*i.key, i.label.class().unwrap_or(-1)))
+            .map(|i| (i.key.to_string(), i.label.class().unwrap_or(-1)))
             .collect();
-        assert_eq!(got, [("a.jpg", 2), ("b.jpg", 10)], "{text:?}");
+        assert_eq!(got, [("a.jpg".into(), 2), ("b.jpg".into(), 10)], "{text:?}");
         assert!(d.classes().is_empty(), "{text:?}");
     }
     // A header with the columns the other way round.
     let d = Dataset::parse_manifest("label,path\n2,a.jpg\n", ManifestSyntax::Csv).unwrap();
     assert_eq!(
-        (&*d.items()[0].key, d.items()[0].label.class()),
+        (&*d.get(0).unwrap().key, d.get(0).unwrap().label.class()),
         ("a.jpg", Some(2))
     );
     // Quoted keys may hold commas.
     let d = Dataset::parse_manifest("\"a,b.jpg\",cat\n", ManifestSyntax::Csv).unwrap();
-    assert_eq!(&*d.items()[0].key, "a,b.jpg");
+    assert_eq!(&*d.get(0).unwrap().key, "a,b.jpg");
     for (text, needle) in [
         // One typo in an integer label: not a class name among numbers.
         ("a.jpg,2\nb.jpg,1O\nc.jpg,3\n", "line 2"),
@@ -183,7 +173,7 @@ fn csv_headers_are_recognised_by_their_column_names_or_refused() {
         ("path,label\na.jpg\n", "line 2"),
     ] {
         let err = Dataset::parse_manifest(text, ManifestSyntax::Csv)
-            .map(|d| format!("parsed as {:?}", d.items()))
+            .map(|d| format!("parsed as {:?}", d.iter().collect::<Vec<_>>()))
             .unwrap_or_else(|e| e.to_string());
         assert!(err.contains(needle), "{text:?}: {err}");
     }
@@ -222,7 +212,13 @@ fn float_labels_are_refused_not_read_as_class_names() {
         ),
     ] {
         let err = Dataset::parse_manifest(text, format)
-            .map(|d| format!("parsed as {:?} {:?}", d.items(), d.classes()))
+            .map(|d| {
+                format!(
+                    "parsed as {:?} {:?}",
+                    d.iter().collect::<Vec<_>>(),
+                    d.classes()
+                )
+            })
             .unwrap_or_else(|e| e.to_string());
         assert!(err.contains(needle), "{text:?}: {err}");
         assert!(err.contains("not an integer"), "{text:?}: {err}");
@@ -234,7 +230,7 @@ fn float_labels_are_refused_not_read_as_class_names() {
 
 fn parsed(text: &str, format: ManifestSyntax, kind: LabelKind) -> Result<Vec<Label>> {
     let d = Dataset::parse_manifest_as(text, format, kind, None)?;
-    Ok(d.items().iter().map(|i| i.label.clone()).collect())
+    Ok(d.iter().map(|i| i.label).collect())
 }
 
 fn failed(text: &str, format: ManifestSyntax, kind: LabelKind) -> String {
@@ -344,7 +340,7 @@ fn multi_label_manifests_give_sets_of_classes() {
     )
     .unwrap();
     assert_eq!(d.classes(), ["bird", "cat", "dog"]);
-    let labels: Vec<Label> = d.items().iter().map(|i| i.label.clone()).collect();
+    let labels: Vec<Label> = d.iter().map(|i| i.label).collect();
     assert_eq!(labels, [set(3, &[1, 2]), set(3, &[]), set(3, &[0, 2])]);
     assert_eq!(
         parsed(
@@ -365,7 +361,7 @@ fn multi_label_manifests_give_sets_of_classes() {
         Some(&classes),
     )
     .unwrap();
-    let labels: Vec<Label> = d.items().iter().map(|i| i.label.clone()).collect();
+    let labels: Vec<Label> = d.iter().map(|i| i.label).collect();
     assert_eq!(labels, [set(3, &[1, 2]), set(3, &[0])]);
     for (text, format, classes, needle) in [
         (
@@ -437,7 +433,7 @@ fn multi_label_manifests_give_sets_of_classes() {
             LabelKind::MultiLabel,
             classes.map(|c| c.as_slice()),
         ) {
-            Ok(d) => panic!("{text:?} read as {:?}", d.items()),
+            Ok(d) => panic!("{text:?} read as {:?}", d.iter().collect::<Vec<_>>()),
             Err(e) => e.to_string(),
         };
         assert!(err.contains(needle), "{text:?}: {err}");
@@ -490,14 +486,14 @@ fn labels_outside_a_known_class_list_are_errors_with_the_line() {
     )
     .unwrap();
     assert_eq!(d.classes(), classes);
-    assert_eq!(d.items()[0].label, 1);
+    assert_eq!(d.get(0).unwrap().label, 1);
     // Only dogs: still indexed against both classes, not a class list of one.
     let d =
         Dataset::parse_manifest_with_classes("a.jpg,dog\n", ManifestSyntax::Csv, &classes).unwrap();
-    assert_eq!(d.items()[0].label, 1);
+    assert_eq!(d.get(0).unwrap().label, 1);
     let d =
         Dataset::parse_manifest_with_classes("a.jpg,1\n", ManifestSyntax::Csv, &classes).unwrap();
-    assert_eq!(d.items()[0].label, 1);
+    assert_eq!(d.get(0).unwrap().label, 1);
     for (text, format, needle) in [
         (
             "a.jpg,dog\nb.jpg,cow\n",
@@ -539,13 +535,15 @@ fn offset_and_length_columns_make_ranged_samples_of_packed_files() {
     ] {
         let d = Dataset::parse_manifest(text, format).unwrap();
         let got: Vec<_> = d
-            .items()
             .iter()
-            .map(|i| (&*i.key, i.range.clone(), i.label.class().unwrap_or(-1)))
+            .map(|i| (i.key.to_string(), i.range, i.label.class().unwrap_or(-1)))
             .collect();
         assert_eq!(
             got,
-            [("pack.bin", Some(0..10), 0), ("pack.bin", Some(10..15), 1)],
+            [
+                ("pack.bin".into(), Some(0..10), 0),
+                ("pack.bin".into(), Some(10..15), 1)
+            ],
             "{format:?}"
         );
     }
@@ -553,7 +551,10 @@ fn offset_and_length_columns_make_ranged_samples_of_packed_files() {
     let d = Dataset::parse_manifest("length,path,class,offset\n4,p,7,100\n", ManifestSyntax::Csv)
         .unwrap();
     assert_eq!(
-        (d.items()[0].range.clone(), d.items()[0].label.clone()),
+        (
+            d.get(0).unwrap().range.clone(),
+            d.get(0).unwrap().label.clone()
+        ),
         (Some(100..104), Label::Class(7))
     );
     for (text, format, needle) in [
@@ -602,7 +603,6 @@ fn manifests_are_read_from_the_store_and_must_be_utf8() {
     let fixed =
         block_on_own_thread(|| Dataset::manifest_with_classes(&*store, "m.csv", &classes)).unwrap();
     let labels: Vec<i64> = fixed
-        .items()
         .iter()
         .map(|i| i.label.class().unwrap_or(-1))
         .collect();

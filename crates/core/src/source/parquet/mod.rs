@@ -445,7 +445,7 @@ impl Parquet {
         let dataset = dataset("memory", vec![opened])?;
         let mut rows = Vec::with_capacity(dataset.len());
         let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
-        for item in dataset.items() {
+        for item in dataset.iter() {
             let (Some(range), Some(of)) = (&item.range, &item.record) else {
                 rows.push(Err("a row without its page".to_owned()));
                 continue;
