@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use loader_core::tokens::Packing;
 use loader_core::{
     BatchMemory, DataLoader, DataLoaderBuilder, DecodeOptions, Launch, LoaderOptions, Pipeline,
     SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
@@ -85,11 +86,31 @@ pub struct Stages {
     pub draft: bool,
     /// Torch's pinned allocator, for `pin_memory=True`.
     pub batch_memory: Option<Py<PyAny>>,
+    /// The datasets are token blocks: rows packed natively, nothing else runs.
+    pub tokens: bool,
 }
 
 impl Stages {
     /// Every check of how the arguments go together, before anything is built.
     pub fn check(&self) -> PyResult<()> {
+        if self.tokens {
+            let given = [
+                (
+                    "transform",
+                    self.transform.is_some() || self.steps.is_some(),
+                ),
+                ("transform", self.transform_fn.is_some()),
+                ("fields", self.decode_fields.is_some() || !self.main_image),
+                ("draft", self.draft),
+                ("batch_memory", self.batch_memory.is_some()),
+            ];
+            if let Some((name, _)) = given.iter().find(|(_, given)| *given) {
+                return Err(errors::config(format!(
+                    "{name}= applies to images; a token dataset's blocks are packed into \
+                     rows natively (input_ids, labels, position_ids, cu_seqlens): leave it out"
+                )));
+            }
+        }
         if self.transform_fn.is_some() && self.transform.is_some() {
             return Err(PyValueError::new_err(
                 "give transform as a name, steps or a callable, one of them",
@@ -138,6 +159,12 @@ impl Stages {
         fatal: &transform::Fatal,
         backend: &str,
     ) -> PyResult<Box<dyn Control>> {
+        if self.tokens {
+            let builder = builder
+                .tokens(Packing::new())
+                .map_err(|e| errors::raise(&e, backend))?;
+            return boxed(py, builder, backend);
+        }
         let pipeline = self.pipeline(seed)?;
         // `pin_memory=True`: batches written into tensors torch's pinned allocator lends.
         let memory = self.batch_memory.map(|allocate| {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use loader_core::tokens::TokenBatch;
 use loader_core::{Batch, DataLoader, HostTensor, ItemError, LoaderState, Metrics};
 use pyo3::prelude::*;
 
@@ -31,6 +32,32 @@ pub struct Delivered {
     pub position: Option<u64>,
     /// Samples at the end that repeat other ranks' (see `BatchInfo::padding`).
     pub padding: usize,
+    /// A token batch's tensors beside its labels (`input_ids`, `position_ids`,
+    /// `document_ids`, `cu_seqlens`) and its longest segment; `None` for other batches.
+    pub tokens: Option<(Vec<(&'static str, HostTensor)>, usize)>,
+}
+
+impl From<TokenBatch> for Delivered {
+    fn from(batch: TokenBatch) -> Self {
+        let tensors = vec![
+            ("input_ids", batch.input_ids),
+            ("position_ids", batch.position_ids),
+            ("document_ids", batch.document_ids),
+            ("cu_seqlens", batch.cu_seqlens),
+        ];
+        Self {
+            images: None,
+            labels: batch.labels,
+            keys: batch.info.keys,
+            indices: batch.info.indices,
+            epoch: batch.info.epoch,
+            skipped: batch.info.skipped,
+            decoded: Vec::new(),
+            position: None,
+            padding: batch.info.padding,
+            tokens: Some((tensors, batch.max_seqlen)),
+        }
+    }
 }
 
 impl From<Batch> for Delivered {
@@ -46,6 +73,7 @@ impl From<Batch> for Delivered {
             decoded: Vec::new(),
             position: None,
             padding: t.info.padding,
+            tokens: None,
         }
     }
 }

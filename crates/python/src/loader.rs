@@ -160,6 +160,7 @@ impl PyLoader {
             decode_fields,
             draft,
             batch_memory,
+            tokens: datasets.iter().any(|d| d.dataset.tokens().is_some()),
         };
         stages.check()?;
         let backend = datasets
@@ -223,7 +224,8 @@ impl PyLoader {
     }
 
     /// The next batch of this epoch as `(images, labels, keys, indices, epoch, skipped,
-    /// decoded, position)` (`images` is `None` when the main part is not an image;
+    /// decoded, position, padding, sources, tokens)` (`tokens`: a token batch's other
+    /// tensors by name and its `max_seqlen`, `None` for images; `images` is `None` when the main part is not an image;
     /// `decoded` holds each sample's decoded fields, empty without `decode_fields`;
     /// `position`, where the batch starts in its epoch, for `rewind`, is `None` then too), or `None` at the end of the epoch (the next call starts the next one). Waits with
     /// the GIL released; Ctrl-C interrupts the wait.
@@ -258,6 +260,18 @@ impl PyLoader {
                             .map(|&i| l.source_of(i).map_or(0, |(s, _)| s))
                             .collect()
                     })?;
+                    // A token batch's tensors by name, and its longest segment.
+                    let tokens = match batch.tokens {
+                        Some((tensors, max_seqlen)) => {
+                            let dict = PyDict::new(py);
+                            for (name, tensor) in tensors {
+                                dict.set_item(name, Bound::new(py, HostBuffer::new(tensor))?)?;
+                            }
+                            dict.set_item("max_seqlen", max_seqlen)?;
+                            Some(dict)
+                        }
+                        None => None,
+                    };
                     let tuple = (
                         images,
                         Bound::new(py, HostBuffer::new(batch.labels))?,
@@ -269,6 +283,7 @@ impl PyLoader {
                         batch.position,
                         batch.padding,
                         sources,
+                        tokens,
                     )
                         .into_pyobject(py)?;
                     return Ok(Some(tuple));

@@ -126,6 +126,7 @@ fn collate_batch(
         decoded,
         position,
         padding,
+        tokens: None,
     })
 }
 

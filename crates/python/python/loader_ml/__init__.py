@@ -23,7 +23,7 @@ from .errors import (
     PermissionDeniedError,
     TransientError,
 )
-from .loader import Batch, DataLoader
+from .loader import Batch, DataLoader, TokenBatch
 
 __all__ = [
     "Batch",
@@ -34,6 +34,7 @@ __all__ = [
     "LoaderError",
     "NotFoundError",
     "PermissionDeniedError",
+    "TokenBatch",
     "TransientError",
     "__version__",
     "errors",

@@ -57,6 +57,9 @@ class Dataset:
     def backend(self) -> str: ...
     @property
     def num_shards(self) -> int: ...
+    @property
+    def block_size(self) -> int | None:
+        """The tokens a row trains on, for a dataset of token blocks."""
 
 def transform_steps() -> list[tuple[str, list[str]]]:
     """Every step a transform spec may name, with its fields in positional order."""
@@ -86,7 +89,8 @@ class Loader:
     def next_batch(
         self,
     ) -> tuple[HostBuffer | None, HostBuffer, list[str], list[int], int, list[Exception],
-               list[tuple[Any, ...]], int | None, int, list[int]] | None: ...
+               list[tuple[Any, ...]], int | None, int, list[int],
+               dict[str, Any] | None] | None: ...
     def rewind(self, epoch: int, position: int) -> None: ...
     def __len__(self) -> int: ...
     @property

@@ -20,6 +20,9 @@ from .transforms import _is_torchvision, _steps
 SOURCE_KEYWORDS = ("manifest", "storage_options", "labels", "classes", "image_column",
                    "label_column", "member_columns", "format")
 
+#: The keywords that cut a token dataset into blocks, as it is opened.
+TOKEN_KEYWORDS = ("block_size", "keep_tail", "vocab_size")
+
 
 def plan_fields(fields: Any, decode: Any, transform: Any,
                 member_columns: Any) -> list[sample_fields.Field] | None:
@@ -39,9 +42,10 @@ def plan_fields(fields: Any, decode: Any, transform: Any,
 
 def open_datasets(dataset: Any, weights: Sequence[float] | None,
                   planned: list[sample_fields.Field] | None, source: dict[str, Any],
-                  reads: dict[str, Any]) -> list[Dataset]:
+                  options: dict[str, Any]) -> list[Dataset]:
     """The datasets read: those given, and those named by URL opened with ``source`` (the
-    source keywords) and ``reads`` (the request bounds their listings and indexes honour)."""
+    source keywords) and ``options`` (option keywords a dataset is opened with: the request
+    bounds its listing and index reads honour, how token files are cut)."""
     given = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
     if not given:
         raise ConfigError("give a dataset, or a list of datasets to mix")
@@ -57,8 +61,12 @@ def open_datasets(dataset: Any, weights: Sequence[float] | None,
                 **source, "fields": names,
                 "classes": None if classes is None else list(classes),
                 "member_columns": None if members is None else list(members),
-                "options": {_OPTIONS[k]: _option_text(v) for k, v in reads.items()
+                "options": {_OPTIONS[k]: _option_text(v) for k, v in options.items()
                             if v is not None}})
+        elif any(options.get(k) is not None for k in TOKEN_KEYWORDS):
+            raise ConfigError(", ".join(TOKEN_KEYWORDS) + " say how the Dataset given is "
+                              "opened: open it with them (options={'source.block_size': "
+                              "...}), or give the URL")
         elif any(v is not None for v in source.values()):
             raise ConfigError(", ".join(SOURCE_KEYWORDS[:-1]) + " and format belong to the "
                               "Dataset given: open it with them, or give the URL")
@@ -82,6 +90,11 @@ def replan_fields(planned: list[sample_fields.Field] | None, datasets: list[Data
                                      transform=transform is not None)
         for one in datasets:
             _check_extensions(one, planned[0])
+    if any(d.block_size is not None for d in datasets):
+        if planned is not None:
+            raise ConfigError("fields= names the parts of image samples; a token dataset's "
+                              "blocks are packed into rows natively: leave it out")
+        return None
     for one in datasets:
         if not one.labelled and (planned is None or any(f.label for f in planned)):
             raise ConfigError(

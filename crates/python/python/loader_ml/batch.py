@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["Batch"]
+__all__ = ["Batch", "TokenBatch"]
 
 
 class Batch(tuple):
@@ -119,6 +119,59 @@ class Batch(tuple):
         return f"Batch({shapes}, epoch={self.epoch}, skipped={skipped})"
 
 
+class TokenBatch(dict):
+    """One batch of packed token rows, a dict as Hugging Face models take it
+    (``model(**{k: batch[k] for k in ("input_ids", "labels", "position_ids")})``):
+    ``input_ids``, ``labels`` (the inputs shifted by one; -100 where nothing is trained),
+    ``position_ids`` (restarting with each document) and ``document_ids`` (-1 for padding),
+    each ``[B, block_size]`` int64; ``cu_seqlens``, int32 ``[S + 1]``, where each document
+    segment starts in the batch flattened to ``B * block_size`` tokens (a document spanning
+    two rows is two segments), and ``max_seqlen``, the longest: what flash-attention's
+    varlen kernels take. Beside the values, as ``Batch`` has them: ``keys``, ``indices``
+    (each row's block), ``epoch``, ``skipped``, ``padding`` and ``sources``.
+
+    ``batch.to(device, non_blocking=True)`` moves its tensors and keeps the rest.
+    """
+
+    #: The tensors, in the order a batch holds them.
+    TENSORS = ("input_ids", "labels", "position_ids", "document_ids", "cu_seqlens")
+
+    def __init__(self, values: dict[str, Any], *, max_seqlen: int | None = None,
+                 keys: Sequence[str] | None = None, indices: Sequence[int] | None = None,
+                 epoch: int | None = None, skipped: Sequence[Exception] | None = None,
+                 padding: int | None = None, sources: Sequence[int] | None = None) -> None:
+        super().__init__(values)
+        self.max_seqlen = max_seqlen
+        self.keys = None if keys is None else list(keys)
+        self.indices = None if indices is None else list(indices)
+        self.epoch = epoch
+        self.skipped = None if skipped is None else list(skipped)
+        self.padding = padding
+        self.sources = None if sources is None else list(sources)
+
+    def _context(self) -> dict[str, Any]:
+        return {"max_seqlen": self.max_seqlen, "keys": self.keys, "indices": self.indices,
+                "epoch": self.epoch, "skipped": self.skipped, "padding": self.padding,
+                "sources": self.sources}
+
+    def to(self, *args: Any, **kwargs: Any) -> TokenBatch:
+        """The batch with each tensor's ``.to(*args, **kwargs)``."""
+        return TokenBatch({k: _moved(v, args, kwargs) for k, v in self.items()},
+                          **self._context())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_tokens, (dict(self), self._context()))
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{name}={_shape(value)}" for name, value in self.items())
+        return f"TokenBatch({shapes}, max_seqlen={self.max_seqlen}, epoch={self.epoch})"
+
+
+def _rebuild_tokens(values: dict[str, Any], context: dict[str, Any]) -> TokenBatch:
+    """A token batch from its values and what ``TokenBatch._context`` kept."""
+    return TokenBatch(values, **context)
+
+
 def _moved(value: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``value.to(...)`` for a tensor, recursively for lists, tuples and dicts of them."""
     if hasattr(value, "to") and not isinstance(value, (list, tuple, dict)):
@@ -159,6 +212,12 @@ def _register_pytree(torch: Any) -> None:
         lambda b: (list(b), b._context()),
         lambda values, context: _rebuild_batch(tuple(values), context),
         serialized_type_name="loader_ml.Batch",
+    )
+    _pytree.register_pytree_node(
+        TokenBatch,
+        lambda b: (list(b.values()), (list(b.keys()), b._context())),
+        lambda values, context: TokenBatch(dict(zip(context[0], values)), **context[1]),
+        serialized_type_name="loader_ml.TokenBatch",
     )
 
 

@@ -17,11 +17,11 @@ from . import fields as sample_fields
 from ._native import Dataset
 from .errors import ConfigError
 
-from .batch import Batch, _register_pytree
+from .batch import Batch, TokenBatch, _register_pytree
 from .options import _CONVERT, _OPTIONS, _option_text, _same
 from .transforms import PythonTail
 
-__all__ = ["Batch", "DataLoader"]
+__all__ = ["Batch", "DataLoader", "TokenBatch"]
 
 #: A transform: a built-in name, torchvision-named steps, or a callable on one image.
 Transform = Union[
@@ -155,8 +155,20 @@ class DataLoader:
         member_columns: for Parquet files, other columns handed with each sample as its
             members, by name: to a Rust stage; refused here until Python receives them.
         format: the datasets' format by name (``"imagefolder"``, ``"manifest"``,
-            ``"webdataset"``, ``"parquet"``, ``"mds"``, ``"litdata"``); default: found from
-            the URL and what it holds, an ambiguous one refused naming this setting.
+            ``"webdataset"``, ``"parquet"``, ``"mds"``, ``"litdata"``, ``"megatron"``);
+            default: found from the URL and what it holds, an ambiguous one refused naming
+            this setting.
+        block_size: for token datasets (Megatron-LM ``.idx``/``.bin`` pairs), the tokens a
+            row trains on: each sample is a block of ``block_size + 1`` tokens of one file
+            (the last shared with the next block, for the shifted labels), documents packed
+            back to back, a long one going on into the next block. Batches are then
+            ``TokenBatch`` dicts of ``[B, block_size]`` int64 ``input_ids``, ``labels``,
+            ``position_ids`` (restarting with each document), ``document_ids``, and int32
+            ``cu_seqlens`` with ``max_seqlen`` for flash-attention's varlen kernels.
+        keep_tail: keep each token file's last tokens, fewer than a block, as a row padded
+            with 0 (labels -100); default: dropped, as Megatron-LM and LitData do.
+        vocab_size: refuse token ids at or past this (a wrong id type or a damaged file),
+            naming the file; default: unchecked but for negative ids.
         rank, world_size: this process's share of every global batch (default: from
             torch.distributed's process group when it is initialised, else the launcher's
             variables: torchrun's, SLURM's or MPI's). Global batch ``b`` is positions ``K + b*G`` to
@@ -299,6 +311,9 @@ class DataLoader:
         label_column: str | None = None,
         member_columns: Sequence[str] | None = None,
         format: str | None = None,
+        block_size: int | None = None,
+        keep_tail: bool = False,
+        vocab_size: int | None = None,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -307,14 +322,18 @@ class DataLoader:
         datasets = arguments.open_datasets(
             dataset, weights, planned,
             source={k: self._settings[k] for k in arguments.SOURCE_KEYWORDS},
-            # Listings and index reads behind the samples' own bounds.
-            reads={"request_timeout": request_timeout, "max_retries": max_retries})
+            # Listings and index reads behind the samples' own bounds; token blocks.
+            options={"request_timeout": request_timeout, "max_retries": max_retries,
+                     "block_size": block_size, "keep_tail": keep_tail or None,
+                     "vocab_size": vocab_size})
         planned = arguments.replan_fields(planned, datasets, fields, decode, transform)
         #: The dataset read (the list of them, for a mixture).
         self.dataset = datasets[0] if len(datasets) == 1 else datasets
         #: The datasets read, in the order ``batch.sources`` numbers them.
         self.datasets = datasets
         self._field_plan = planned
+        #: Whether batches are packed token rows (``TokenBatch``), not images.
+        self._tokens = any(d.block_size is not None for d in datasets)
         name, steps, function = arguments.transform_parts(transform)
         #: The steps that run in Python after the native ones (None: all native).
         self.python_tail = function if isinstance(function, PythonTail) else None
@@ -338,7 +357,9 @@ class DataLoader:
             transform=name,
             steps=None if steps is None else json.dumps(steps), transform_fn=function,
             main_image=planned is None or planned[0].native, draft=bool(draft),
-            batch_memory=_pinned_block(self._torch) if self._pin else None,
+            # Token rows are pinned in Python, each tensor copied once.
+            batch_memory=_pinned_block(self._torch) if self._pin and not self._tokens
+            else None,
             decode_fields=functools.partial(sample_fields.decode_sample, raw_fields)
             if raw_fields else None)
         _register_pytree(self._torch)
@@ -391,7 +412,12 @@ class DataLoader:
                 self._report_unreported_skips()
                 return
             (images, labels, keys, indices, epoch, skipped, decoded, position, padding,
-             sources) = raw
+             sources, tokens) = raw
+            if tokens is not None:
+                yield self._token_batch(labels, tokens, keys=keys, indices=indices,
+                                        epoch=epoch, skipped=skipped, padding=padding,
+                                        sources=sources)
+                continue
             if self._field_plan is None:
                 values = [self._array(images), self._array(labels)]
             else:
@@ -411,6 +437,18 @@ class DataLoader:
                         fields=None if self._field_plan is None else
                         [f.name for f in self._field_plan], padding=padding,
                         sources=sources)
+
+    def _token_batch(self, labels: _native.HostBuffer, tokens: dict[str, Any],
+                     **context: Any) -> TokenBatch:
+        """A token batch's tensors, viewing the loader's memory (copied once into pinned
+        memory with ``pin_memory=True``)."""
+        tensors = {name: self._array(tokens[name]) for name in TokenBatch.TENSORS
+                   if name != "labels"}
+        tensors["labels"] = self._array(labels)
+        if self._pin:
+            tensors = {name: _pinned(value) for name, value in tensors.items()}
+        return TokenBatch({name: tensors[name] for name in TokenBatch.TENSORS},
+                          max_seqlen=tokens["max_seqlen"], **context)
 
     def _field_values(self, images: Any, labels: Any, keys: list[str],
                       decoded: list[tuple[Any, ...]]) -> list[Any]:

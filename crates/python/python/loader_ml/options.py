@@ -55,6 +55,9 @@ _OPTIONS = {
     "image_column": "source.image_column",
     "label_column": "source.label_column",
     "member_columns": "source.member_columns",
+    "block_size": "source.block_size",
+    "keep_tail": "source.keep_tail",
+    "vocab_size": "source.vocab_size",
 }
 
 

@@ -1,0 +1,201 @@
+"""Token datasets (issue 47): Megatron-LM indexed datasets in the layout its
+``megatron.core.datasets.indexed_dataset`` documents (``MMIDIDX`` header, sequence lengths,
+byte offsets, document index), written here with numpy (the Rust tests read files
+megatron-core itself wrote), read over S3 as packed rows: every block once, each row the
+stream's tokens, and a resumed run reading on where the saved one stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import numpy
+import pytest
+
+import loader_ml
+from conftest import WORKSPACE, Server
+
+BLOCK = 16
+
+
+def write_megatron(prefix: Path, documents: list[numpy.ndarray]) -> None:
+    """``prefix.idx`` and ``prefix.bin``, one sequence per document, uint16 ids."""
+    sizes = numpy.array([len(d) for d in documents], numpy.int32)
+    pointers = numpy.zeros(len(documents), numpy.int64)
+    pointers[1:] = numpy.cumsum(sizes[:-1].astype(numpy.int64)) * 2
+    document_index = numpy.arange(len(documents) + 1, dtype=numpy.int64)
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(struct.pack("<QBQQ", 1, 8, len(sizes), len(document_index)))
+        f.write(sizes.tobytes() + pointers.tobytes() + document_index.tobytes())
+    with open(f"{prefix}.bin", "wb") as f:
+        f.write(numpy.concatenate(documents).astype(numpy.uint16).tobytes())
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory):
+    """Two files of documents of 1 to 60 tokens in a bucket ``tokens`` and one in a bucket
+    ``more``, the streams of the first two, and the server (``corpus.more``: the third's)."""
+    root = tmp_path_factory.mktemp("root")
+    rng = numpy.random.default_rng(5)
+    streams = []
+    for name in ("tokens/part-0", "tokens/part-1", "more/part-0"):
+        (root / name).parent.mkdir(exist_ok=True)
+        documents = [rng.integers(0, 50_000, rng.integers(1, 61)) for _ in range(40)]
+        write_megatron(root / name, documents)
+        streams.append(numpy.concatenate(documents).astype(numpy.int64))
+    server = Server(root, rtt_ms=20)
+    yield streams[:2], server, streams[2:]
+    server.stop()
+
+
+def block_tokens(streams: list[numpy.ndarray], index: int) -> numpy.ndarray:
+    """Block ``index`` of the dataset: blocks are cut per file, ``BLOCK + 1`` tokens each."""
+    for stream in streams:
+        blocks = (len(stream) - 1) // BLOCK
+        if index < blocks:
+            return stream[index * BLOCK:index * BLOCK + BLOCK + 1]
+        index -= blocks
+    raise IndexError(index)
+
+
+def loader(server: Server, **kwargs) -> loader_ml.DataLoader:
+    return loader_ml.DataLoader("s3://tokens", block_size=BLOCK, vocab_size=50_000,
+                                storage_options=server.options, batch_size=4, shuffle=True,
+                                seed=3, output="torch", **kwargs)
+
+
+def test_packed_rows_hold_the_stream_every_block_once(corpus) -> None:
+    import torch
+
+    streams, server, _ = corpus
+    run = loader(server)
+    blocks = sum((len(s) - 1) // BLOCK for s in streams)
+    assert run.dataset.block_size == BLOCK and len(run.dataset) == blocks
+    seen = []
+    for batch in run:
+        assert isinstance(batch, loader_ml.TokenBatch)
+        b = len(batch.indices)
+        for name in ("input_ids", "labels", "position_ids", "document_ids"):
+            assert batch[name].shape == (b, BLOCK) and batch[name].dtype == torch.int64
+        assert batch["cu_seqlens"].dtype == torch.int32
+        assert int(batch["cu_seqlens"][-1]) == b * BLOCK
+        assert batch.max_seqlen <= BLOCK
+        for row, index in enumerate(batch.indices):
+            tokens = block_tokens(streams, index)
+            assert batch["input_ids"][row].tolist() == tokens[:-1].tolist(), index
+            assert batch["labels"][row].tolist() == tokens[1:].tolist(), index
+            positions = batch["position_ids"][row]
+            # Positions restart where a document does, and count up within one.
+            starts = positions == 0
+            assert bool(starts[0]) or int(positions[0]) > 0
+            steps = positions[1:][~starts[1:]] - positions[:-1][~starts[1:]]
+            assert bool((steps == 1).all()), index
+            seen.append(index)
+    assert sorted(seen) == list(range(blocks))
+    moved = batch.to("cpu")
+    assert isinstance(moved, loader_ml.TokenBatch) and moved.indices == batch.indices
+    again = pickle.loads(pickle.dumps(batch))
+    assert torch.equal(again["input_ids"], batch["input_ids"])
+    assert again.max_seqlen == batch.max_seqlen
+
+
+def test_a_saved_state_resumes_the_same_blocks(corpus) -> None:
+    _, server, _ = corpus
+    whole = [i for batch in loader(server) for i in batch.indices]
+    first = loader(server)
+    taken = []
+    for batch in first:
+        taken.extend(batch.indices)
+        if len(taken) >= 12:
+            break
+    state = first.state_dict()
+    resumed = loader(server)
+    resumed.load_state_dict(state)
+    rest = [i for batch in resumed for i in batch.indices]
+    assert taken + rest == whole
+
+
+def test_token_settings_that_cannot_hold_are_refused(corpus) -> None:
+    _, server, _ = corpus
+    with pytest.raises(loader_ml.ConfigError, match="block_size"):
+        loader_ml.DataLoader("s3://tokens", storage_options=server.options)
+    with pytest.raises(loader_ml.ConfigError, match="transform"):
+        loader(server, transform="imagenet_eval")
+    with pytest.raises(loader_ml.ConfigError, match="fields"):
+        loader(server, fields="jpg")
+    # Ids past a vocabulary smaller than the writer's: the first batch names the file.
+    small = loader_ml.DataLoader("s3://tokens", block_size=BLOCK, vocab_size=10,
+                                 storage_options=server.options, batch_size=4)
+    with pytest.raises(loader_ml.DecodeError, match="outside the vocabulary of 10"):
+        next(iter(small))
+
+
+def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_path: Path) -> None:
+    """A mixture of two token datasets weighted 2:1, 3 ranks for 2 steps, then 2 ranks resuming
+    from a ``torch.save``d state: every block of the epoch once, each the stream's tokens."""
+    streams, server, more = corpus
+    checkpoint = tmp_path / "checkpoint.pt"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        import torch
+        import torch.distributed as dist
+        import loader_ml
+        phase, batch_size = sys.argv[1], int(sys.argv[2])
+        dist.init_process_group("gloo")
+        datasets = [loader_ml.Dataset(url, storage_options={server.options!r},
+                                      options={{"source.block_size": "{BLOCK}"}})
+                    for url in ("s3://tokens", "s3://more")]
+        loader = loader_ml.DataLoader(datasets, weights=[2, 1], batch_size=batch_size,
+                                      shuffle=True, seed=7, stop="all_exhausted")
+        if phase == "resume":
+            loader.load_state_dict(torch.load({str(checkpoint)!r})["loader"])
+        seen = []
+        for step, batch in enumerate(loader):
+            real = len(batch.indices) - batch.padding
+            seen += [[s, i, batch["input_ids"][r].tolist()] for r, (s, i) in
+                     enumerate(zip(batch.sources[:real], batch.indices[:real]))]
+            if phase == "first" and step == 1:
+                break
+        states = [None] * dist.get_world_size()
+        dist.all_gather_object(states, loader.state_dict())
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, seen)
+        if dist.get_rank() == 0:
+            assert all(s == states[0] for s in states), "ranks' states differ"
+            if phase == "first":
+                torch.save({{"loader": states[0]}}, {str(checkpoint)!r})
+            json.dump(every, open({str(tmp_path)!r} + "/" + phase + ".json", "w"))
+        dist.destroy_process_group()
+    """))
+    for ranks, args in ((3, ("first", "2")), (2, ("resume", "3"))):
+        run = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             f"--nproc_per_node={ranks}", str(script), *args],
+            env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180, capture_output=True,
+            text=True, cwd=WORKSPACE)
+        assert run.returncode == 0, run.stderr[-3000:]
+    got = [r for phase in ("first", "resume")
+           for rank in json.loads((tmp_path / f"{phase}.json").read_text()) for r in rank]
+    whole = loader_ml.DataLoader(
+        [loader_ml.Dataset(url, storage_options=server.options,
+                           options={"source.block_size": str(BLOCK)})
+         for url in ("s3://tokens", "s3://more")],
+        weights=[2, 1], batch_size=5, shuffle=True, seed=7, stop="all_exhausted")
+    expected = [(s, i) for batch in whole
+                for s, i in list(zip(batch.sources, batch.indices))[:len(batch.indices)
+                                                                     - batch.padding]]
+    assert Counter((s, i) for s, i, _ in got) == Counter(expected), "not the epoch, once"
+    offset = len(whole.datasets[0])
+    for source, index, ids in got:
+        tokens = (block_tokens(streams, index) if source == 0
+                  else block_tokens(more, index - offset))
+        assert ids == tokens[:-1].tolist(), (source, index)
