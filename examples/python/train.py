@@ -71,12 +71,11 @@ def write_dataset(folder: Path, images: int, classes: int) -> None:
         Image.fromarray(pixels).save(path, quality=90)
 
 
-def serve(rtt_ms: int, images: int) -> tuple[subprocess.Popen[str], dict[str, str], str]:
-    """A generated dataset behind `loader serve s3 --rtt`; returns the server, the store's
-    options and the dataset URL."""
-    root = Path(tempfile.mkdtemp(prefix="loader-train-"))
-    write_dataset(root / "train", images, classes=4)
-    server = subprocess.Popen([loader_binary(), "serve", "s3", str(root), "--rtt", str(rtt_ms)],
+def serve_folder(binary: str, root: Path, rtt_ms: int) -> tuple[subprocess.Popen[str],
+                                                                 dict[str, str]]:
+    """`loader serve s3 ROOT --rtt` (each folder of ROOT a bucket); returns the server and
+    the store's options."""
+    server = subprocess.Popen([binary, "serve", "s3", str(root), "--rtt", str(rtt_ms)],
                               stdout=subprocess.PIPE, text=True)
     info: dict[str, str] = {}
     assert server.stdout is not None
@@ -88,6 +87,15 @@ def serve(rtt_ms: int, images: int) -> tuple[subprocess.Popen[str], dict[str, st
             info[key] = value
     options = {"aws_endpoint": info["endpoint"], "aws_access_key_id": info["access key"],
                "aws_secret_access_key": info["secret key"], "aws_region": "us-east-1"}
+    return server, options
+
+
+def serve(rtt_ms: int, images: int) -> tuple[subprocess.Popen[str], dict[str, str], str]:
+    """A generated dataset behind `loader serve s3 --rtt`; returns the server, the store's
+    options and the dataset URL."""
+    root = Path(tempfile.mkdtemp(prefix="loader-train-"))
+    write_dataset(root / "train", images, classes=4)
+    server, options = serve_folder(loader_binary(), root, rtt_ms)
     return server, options, "s3://train"
 
 

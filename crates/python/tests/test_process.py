@@ -121,3 +121,18 @@ def test_the_training_example_learns() -> None:
     losses = [float(line.split("loss")[1]) for line in run.stdout.splitlines() if "loss" in line]
     assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], run.stdout
     assert "waiting for data" in run.stdout
+
+
+def test_the_gpt_example_learns() -> None:
+    """examples/python/train_gpt.py: a tiny GPT trained on packed token rows of a Megatron
+    dataset served by `loader serve s3 --rtt 50`, its loss falling."""
+    run = subprocess.run(
+        [sys.executable, str(WORKSPACE / "examples" / "python" / "train_gpt.py"), "--steps",
+         "60"],
+        env=dict(os.environ, OMP_NUM_THREADS="2"), timeout=300, capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    losses = [float(line.split("loss")[1]) for line in run.stdout.splitlines() if "loss" in line]
+    assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], run.stdout
+    assert "waiting for data" in run.stdout
