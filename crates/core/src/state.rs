@@ -387,6 +387,7 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
                 file.offset,
                 file.blocking.row_len(),
                 u64::from(file.blocking.keep_tail()),
+                u64::from(file.blocking.is_disjoint()),
                 file.vocab.unwrap_or(0),
                 file.first_document,
                 file.documents.len() as u64,

@@ -265,3 +265,112 @@ fn a_megatron_dataset_opened_by_its_url_is_read_once_across_ranks_as_packed_rows
         .to_string();
     assert!(err.contains("no token blocks"), "{err}");
 }
+
+#[derive(serde::Deserialize)]
+struct LitExpected {
+    documents: Vec<Vec<i64>>,
+    /// By row length: every block litdata's `TokensLoader(block_size=row + 1)` reads, in
+    /// order.
+    blocks: BTreeMap<String, Vec<Vec<i64>>>,
+}
+
+/// LitData chunks written by `litdata.optimize` for `TokensLoader`
+/// (fixtures/litdata-tokens/make.py, numpy uint16 and torch int32 ids), read over S3 behind
+/// the delay proxy: every block, in order, the ids litdata's own StreamingDataset read back;
+/// each row's documents runs of the documents `optimize` was given; a damaged table, a
+/// missing block size and image columns refused, naming the chunk or the setting.
+#[test]
+fn litdata_token_chunks_are_read_block_by_block_as_litdata_reads_them() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata-tokens");
+    let expected: BTreeMap<String, LitExpected> =
+        serde_json::from_slice(&std::fs::read(fixtures.join("expected.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("lit");
+    for name in expected.keys() {
+        std::fs::create_dir_all(bucket.join(name)).unwrap();
+        for f in std::fs::read_dir(fixtures.join(name)).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), bucket.join(name).join(f.file_name())).unwrap();
+        }
+    }
+    let server = S3Server::start(dir.path()).unwrap();
+    let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
+    let storage = server.options_for(&proxy.url());
+    let with = |settings: &[(&str, &str)]| {
+        let mut options = LoaderOptions::default();
+        for (key, value) in settings {
+            options.set(key, value).unwrap();
+        }
+        options
+    };
+    for (name, want) in &expected {
+        for (row, blocks) in &want.blocks {
+            let options = with(&[("source.block_size", row), ("source.vocab_size", "50000")]);
+            let url = format!("s3://lit/{name}");
+            let (store, dataset) = open_with(&url, storage.clone(), &options).unwrap();
+            assert_eq!(dataset.len(), blocks.len(), "{name} L={row}");
+            let l: usize = row.parse().unwrap();
+            let loader = DataLoader::builder(store, dataset)
+                .batch_size(5)
+                .tokens(Packing::new())
+                .unwrap()
+                .build()
+                .unwrap();
+            let mut read = 0;
+            for batch in loader {
+                let batch = batch.unwrap();
+                let inputs = batch.input_ids.as_i64().unwrap();
+                let labels = batch.labels.as_i64().unwrap();
+                let documents = batch.document_ids.as_i64().unwrap();
+                for (r, &index) in batch.info.indices.iter().enumerate() {
+                    let cut = |v: &[i64]| v[r * l..r * l + l].to_vec();
+                    let mut block = cut(inputs);
+                    block.push(labels[r * l + l - 1]);
+                    let what = format!("{name} L={row} block {index}");
+                    assert_eq!(block, blocks[index as usize], "{what}");
+                    assert_eq!(cut(labels), block[1..], "{what}: labels");
+                    // Each run of one document id is a run of that document's tokens.
+                    let (ids, docs) = (cut(inputs), cut(documents));
+                    let mut start = 0;
+                    while start < l {
+                        let d = docs[start];
+                        let end = (start..l).find(|&j| docs[j] != d).unwrap_or(l);
+                        let doc = &want.documents[d as usize];
+                        assert!(
+                            doc.windows(end - start).any(|w| w == &ids[start..end]),
+                            "{what}: tokens {start}..{end} are not a run of document {d}"
+                        );
+                        start = end;
+                    }
+                    read += 1;
+                }
+            }
+            assert_eq!(read, blocks.len(), "{name} L={row}: every block");
+        }
+    }
+    // Refused: no block size, an image column, a chunk whose table lies.
+    let url = "s3://lit/numpy-u16";
+    let err = open_with(url, storage.clone(), &LoaderOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("TokensLoader") && err.contains("source.block_size"),
+        "{err}"
+    );
+    let options = with(&[("source.block_size", "8"), ("source.image_column", "image")]);
+    let err = open_with(url, storage.clone(), &options)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("source.image_column"), "{err}");
+    let chunk = bucket.join("numpy-u16/chunk-0-3.bin");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    bytes[0] += 1; // one more item than index.json says
+    std::fs::write(&chunk, bytes).unwrap();
+    let err = open_with(url, storage, &with(&[("source.block_size", "8")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("chunk-0-3.bin") && err.contains("items"),
+        "{err}"
+    );
+}

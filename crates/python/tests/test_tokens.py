@@ -199,3 +199,17 @@ def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_pat
         tokens = (block_tokens(streams, index) if source == 0
                   else block_tokens(more, index - offset))
         assert ids == tokens[:-1].tolist(), (source, index)
+
+
+def test_litdata_token_chunks_give_litdatas_blocks() -> None:
+    """Chunks ``litdata.optimize`` wrote for ``TokensLoader`` (the Rust tests' fixture):
+    every block the ids litdata's own StreamingDataset read with ``block_size=9``."""
+    fixtures = WORKSPACE / "crates/core/tests/fixtures/litdata-tokens"
+    want = json.loads((fixtures / "expected.json").read_text())["numpy-u16"]["blocks"]["8"]
+    run = loader_ml.DataLoader(str(fixtures / "numpy-u16"), block_size=8, batch_size=7,
+                               shuffle=True, seed=1, output="numpy")
+    seen = {}
+    for batch in run:
+        for row, index in enumerate(batch.indices):
+            seen[index] = batch["input_ids"][row].tolist() + [int(batch["labels"][row][-1])]
+    assert seen == dict(enumerate(want))

@@ -19,6 +19,7 @@ use super::error::{Result, SourceError};
 use super::extensions::{INDEX, is_index};
 use super::format::{About, Fit, Format, Probe};
 use super::index::{Dataset, Item, ShardLayout};
+use crate::tokens::Blocking;
 
 /// How a dataset an `index.json` describes becomes a [`Dataset`]: which columns (MDS) or
 /// leaves (LitData) hold the images and labels, and the runs raw files are read in.
@@ -27,6 +28,9 @@ use super::index::{Dataset, Item, ShardLayout};
 pub struct IndexedFiles<K> {
     pub(crate) columns: ColumnNames,
     pub(crate) chunk_bytes: u64,
+    /// How files of tokens are cut (`source.block_size`), and the vocabulary ids must be
+    /// under; `None` when no block size is set.
+    pub(crate) tokens: Option<(Blocking, Option<u64>)>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -59,6 +63,7 @@ impl<K> Clone for IndexedFiles<K> {
         Self {
             columns: self.columns.clone(),
             chunk_bytes: self.chunk_bytes,
+            tokens: self.tokens,
             kind: PhantomData,
         }
     }
@@ -78,8 +83,16 @@ impl<K> IndexedFiles<K> {
         Self {
             columns: ColumnNames::default(),
             chunk_bytes: super::webdataset::DEFAULT_CHUNK_BYTES,
+            tokens: None,
             kind: PhantomData,
         }
+    }
+
+    /// Files of token ids (LitData's `TokensLoader` chunks) read in blocks cut by
+    /// `blocking`, ids at or past `vocab` refused.
+    pub fn tokens(mut self, blocking: Blocking, vocab: Option<u64>) -> Self {
+        self.tokens = Some((blocking, vocab));
+        self
     }
 
     /// The column holding the images (MDS: encoded `jpeg`, `png` or `bytes`; LitData: a
@@ -127,6 +140,13 @@ impl<K: FileKind> Format for IndexedFiles<K> {
         let (key, text) = index_of(probe, K::NAMED).await?;
         let mut files = self.clone();
         files.columns = files.columns.with_options(probe.options());
+        let options = probe.options();
+        if let Some(blocking) = options
+            .blocking()
+            .map_err(|e| SourceError::Invalid(e.to_string()))?
+        {
+            files.tokens = Some((blocking, options.vocab_size));
+        }
         K::load_index(&files, probe.store(), &key, &text).await
     }
 }
@@ -215,14 +235,14 @@ pub(crate) async fn index_json(probe: &Probe<'_>) -> Result<Option<(Fit, String,
 
 /// The files an index at key `index` lists, named relative to its folder by `name`, each
 /// read by `open` given its key, [`OPEN_AT_ONCE`] at a time, in the index's order.
-pub(crate) async fn open_files<T, Fut>(
+pub(crate) async fn open_files<T, R, Fut>(
     index: &str,
     files: Vec<T>,
     name: impl Fn(&T) -> &str,
     mut open: impl FnMut(String, T) -> Fut,
-) -> Result<Vec<RecordFile>>
+) -> Result<Vec<R>>
 where
-    Fut: std::future::Future<Output = Result<RecordFile>>,
+    Fut: std::future::Future<Output = Result<R>>,
 {
     let dir = index.rsplit_once('/').map_or("", |(d, _)| d);
     futures::stream::iter(files)

@@ -8,11 +8,13 @@ use std::ops::Range;
 /// file's last tokens, fewer than a block, are kept as a short block (padded when packed)
 /// or dropped. Block `i` reads tokens `i·L .. i·L + L + 1`: one more than it trains on, for
 /// the labels shifted by one, so the last token of a block is the first of the next (as
-/// Megatron-LM's GPT samples are cut).
+/// Megatron-LM's GPT samples are cut); or, [`disjoint`](Blocking::disjoint), sharing no
+/// token, as LitData's `TokensLoader` cuts its chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Blocking {
     len: u64,
     keep_tail: bool,
+    disjoint: bool,
 }
 
 /// A block length that cannot cut a file.
@@ -128,7 +130,31 @@ impl Blocking {
         if len == 0 || len > Self::MAX {
             return Err(BlockingError(len));
         }
-        Ok(Self { len, keep_tail })
+        Ok(Self {
+            len,
+            keep_tail,
+            disjoint: false,
+        })
+    }
+
+    /// The same rows from blocks that share no token: block `i` reads tokens
+    /// `i·(L+1) .. i·(L+1) + L + 1`, as LitData's `TokensLoader(block_size=L + 1)` reads
+    /// them (the last token of a block is a label only).
+    pub fn disjoint(self) -> Self {
+        Self {
+            disjoint: true,
+            ..self
+        }
+    }
+
+    /// Whether blocks share no token.
+    pub fn is_disjoint(&self) -> bool {
+        self.disjoint
+    }
+
+    /// Tokens from one block's start to the next's.
+    fn stride(&self) -> u64 {
+        self.len + u64::from(self.disjoint)
     }
 
     /// Tokens a row trains on (`L`).
@@ -143,18 +169,19 @@ impl Blocking {
 
     /// How many blocks a file of `tokens` tokens gives.
     pub fn blocks(&self, tokens: u64) -> u64 {
-        if tokens < 2 {
-            return 0;
-        }
-        // Every block but a tail needs `len + 1` tokens, the last shared with the next.
-        let full = (tokens - 1) / self.len;
-        let rest = (tokens - 1) % self.len;
-        full + u64::from(self.keep_tail && rest > 0)
+        // Every block but a tail needs `len + 1` tokens from its start; a tail, two (a
+        // token and its label).
+        let full = match tokens.checked_sub(self.len + 1) {
+            Some(past) => past / self.stride() + 1,
+            None => 0,
+        };
+        let rest = tokens - full * self.stride();
+        full + u64::from(self.keep_tail && rest >= 2)
     }
 
     /// Block `i` of `documents` (`i` < [`Blocking::blocks`]), in O(log documents).
     pub fn block(&self, documents: &Documents, i: u64) -> Block {
-        let start = i * self.len;
+        let start = i * self.stride();
         let end = (start + self.len + 1).min(documents.tokens());
         let first_document = documents.document_of(start);
         let mut starts = Vec::new();
@@ -192,6 +219,20 @@ mod tests {
         // 9 tokens fill two blocks exactly: no tail.
         assert_eq!((keep.blocks(9), drop.blocks(9)), (2, 2));
         assert_eq!(keep.blocks(1), 0, "one token trains on nothing");
+    }
+
+    #[test]
+    fn disjoint_blocks_share_no_token() {
+        // 12 tokens, L = 3: blocks read 0..4, 4..8, 8..12; 14 tokens leave a tail 12..14.
+        let keep = Blocking::new(3, true).unwrap().disjoint();
+        let drop = Blocking::new(3, false).unwrap().disjoint();
+        assert_eq!((keep.blocks(12), drop.blocks(12)), (3, 3));
+        let ranges: Vec<_> = (0..3).map(|i| keep.block(&docs(&[12]), i).tokens).collect();
+        assert_eq!(ranges, [0..4, 4..8, 8..12]);
+        assert_eq!((keep.blocks(14), drop.blocks(14)), (4, 3));
+        assert_eq!(keep.block(&docs(&[14]), 3).tokens, 12..14);
+        // 13 tokens: the last alone trains on nothing.
+        assert_eq!(keep.blocks(13), 3);
     }
 
     #[test]

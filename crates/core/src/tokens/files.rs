@@ -92,6 +92,17 @@ impl TokenFiles {
         Ok(Self { files, starts })
     }
 
+    /// [`TokenFiles::new`], each file's documents numbered after the last file's: a
+    /// document id names one document of the whole dataset.
+    pub fn numbered(mut files: Vec<(Arc<str>, TokenFile)>) -> Result<Self, TokenFilesError> {
+        let mut first = 0u64;
+        for (_, file) in &mut files {
+            file.first_document = first;
+            first += file.documents.len() as u64;
+        }
+        Self::new(files)
+    }
+
     /// The blocks of every file.
     pub fn blocks(&self) -> u64 {
         self.starts.last().copied().unwrap_or(0)

@@ -16,6 +16,10 @@ pub enum TokenType {
     I64,
     /// `uint16`, what Megatron and LitData pick for vocabularies under 65,536.
     U16,
+    /// `uint32`.
+    U32,
+    /// `uint64` (an id past `i64::MAX` is refused as negative).
+    U64,
 }
 
 impl TokenType {
@@ -28,6 +32,8 @@ impl TokenType {
             Self::I32 => "int32",
             Self::I64 => "int64",
             Self::U16 => "uint16",
+            Self::U32 => "uint32",
+            Self::U64 => "uint64",
         }
     }
 
@@ -36,8 +42,8 @@ impl TokenType {
         match self {
             Self::U8 | Self::I8 => 1,
             Self::I16 | Self::U16 => 2,
-            Self::I32 => 4,
-            Self::I64 => 8,
+            Self::I32 | Self::U32 => 4,
+            Self::I64 | Self::U64 => 8,
         }
     }
 
@@ -59,7 +65,10 @@ impl TokenType {
                 Self::I16 => i64::from(i16::from_le_bytes([b[0], b[1]])),
                 Self::U16 => i64::from(u16::from_le_bytes([b[0], b[1]])),
                 Self::I32 => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                Self::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+                Self::U32 => i64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                Self::I64 | Self::U64 => {
+                    i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+                }
             })
             .collect();
         if let Some((at, id)) = ids

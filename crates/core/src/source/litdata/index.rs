@@ -4,6 +4,8 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::tokens::TokenType;
+
 #[derive(Debug, Deserialize)]
 struct Index {
     chunks: Vec<ChunkInfo>,
@@ -17,6 +19,9 @@ pub(super) struct ChunkInfo {
     pub(super) chunk_bytes: u64,
     /// Its items.
     pub(super) chunk_size: u64,
+    /// Its tokens, for `TokensLoader` chunks.
+    #[serde(default)]
+    pub(super) dim: Option<u64>,
     pub(super) filename: String,
 }
 
@@ -54,6 +59,8 @@ pub(super) struct Described {
     pub(super) packing: Packing,
     /// Each leaf's name (a dict's key, a tuple's position) and format, in stored order.
     pub(super) leaves: Vec<(String, String)>,
+    /// For chunks written for `TokensLoader` (one flat array of ids each): the ids' type.
+    pub(super) tokens: Option<TokenType>,
 }
 
 /// Whether `text` is a LitData index (an object with `chunks` and `config`) rather than
@@ -74,16 +81,16 @@ pub(super) fn parse_index(text: &[u8]) -> Result<Described, String> {
         format!("not a LitData index (a JSON object with \"chunks\" and \"config\"): {e}")
     })?;
     let config = index.config;
-    if let Some(loader) = config
-        .item_loader
-        .as_deref()
-        .filter(|l| *l != "PyTreeLoader")
-    {
-        return Err(format!(
-            "its chunks are written for litdata's {loader}: samples are read from chunks of \
-             the default PyTreeLoader"
-        ));
-    }
+    let tokens = match config.item_loader.as_deref() {
+        None | Some("PyTreeLoader") => None,
+        Some("TokensLoader") => Some(token_type(&config.data_format)?),
+        Some(loader) => {
+            return Err(format!(
+                "its chunks are written for litdata's {loader}: chunks of the default \
+                 PyTreeLoader (samples) or of TokensLoader (token ids) are read here"
+            ));
+        }
+    };
     if config.encryption.is_some() {
         return Err("its chunks are encrypted: decrypt them before reading them here".into());
     }
@@ -106,6 +113,13 @@ pub(super) fn parse_index(text: &[u8]) -> Result<Described, String> {
             ));
         }
     };
+    if tokens.is_some() && packing != Packing::Raw {
+        return Err(
+            "its token chunks are compressed: litdata's TokensLoader reads raw chunks, and so \
+             does this reader"
+                .into(),
+        );
+    }
     let names = leaf_names(config.data_spec.as_deref())?;
     if names.len() != config.data_format.len() {
         return Err(format!(
@@ -128,7 +142,35 @@ pub(super) fn parse_index(text: &[u8]) -> Result<Described, String> {
         chunks: index.chunks,
         packing,
         leaves: names.into_iter().zip(config.data_format).collect(),
+        tokens,
     })
+}
+
+/// The ids' type of `TokensLoader` chunks, from their one `data_format`
+/// (`no_header_numpy:N` or `no_header_tensor:N`, `N` litdata's dtype index).
+fn token_type(formats: &[String]) -> Result<TokenType, String> {
+    let [format] = formats else {
+        return Err(format!(
+            "its TokensLoader chunks list {} data formats ({formats:?}), not one",
+            formats.len()
+        ));
+    };
+    let parsed = format.split_once(':').and_then(|(kind, code)| {
+        let code: u8 = code.parse().ok()?;
+        // litdata's _NUMPY_DTYPES_MAPPING and _TORCH_DTYPES_MAPPING.
+        match (kind, code) {
+            ("no_header_numpy", 0) | ("no_header_tensor", 12) => Some(TokenType::I8),
+            ("no_header_numpy", 1) | ("no_header_tensor", 13 | 14) => Some(TokenType::I16),
+            ("no_header_numpy", 2) | ("no_header_tensor", 15 | 16) => Some(TokenType::I32),
+            ("no_header_numpy", 3) | ("no_header_tensor", 17 | 18) => Some(TokenType::I64),
+            ("no_header_numpy", 4) | ("no_header_tensor", 11) => Some(TokenType::U8),
+            ("no_header_numpy", 5) | ("no_header_tensor", 20) => Some(TokenType::U16),
+            ("no_header_numpy", 6) => Some(TokenType::U32),
+            ("no_header_numpy", 7) => Some(TokenType::U64),
+            _ => None,
+        }
+    });
+    parsed.ok_or_else(|| format!("its TokensLoader chunks hold {format:?}: not integer token ids"))
 }
 
 /// The names of a sample's leaves from litdata's pytree `data_spec`

@@ -5,13 +5,17 @@
 //! writes a frame per run of items) are fetch units decompressed once for their items.
 //! Labels are stored inside the samples, so they are read with them.
 //!
+//! Chunks written for `TokensLoader` are a token dataset (`tokens`): each item a
+//! document, read in blocks of `source.block_size` tokens.
+//!
 //! Rooms: `index` (what `index.json` says), `leaves` (a sample's leaves: which is the
 //! image and label, an item cut into its record), `chunk` (a chunk's tables and frames,
-//! and how its spans decode).
+//! and how its spans decode), `tokens` (a token chunk's table as documents).
 
 mod chunk;
 mod index;
 mod leaves;
+mod tokens;
 
 use std::sync::Arc;
 
@@ -22,6 +26,7 @@ use super::error::{Result, SourceError};
 use super::format::About;
 use super::index::Dataset;
 use super::record_files::{FileKind, IndexedFiles, dataset_of, open_files};
+use crate::tokens::TokenFiles;
 use leaves::Columns;
 
 /// Whether `text`, the bytes of an `index.json`, describes LitData chunks rather than
@@ -39,8 +44,13 @@ pub struct LitDataChunks;
 
 #[async_trait(?Send)]
 impl FileKind for LitDataChunks {
-    const ABOUT: About =
-        About::new("litdata", "LitData chunks").reads(&["image_column", "label_column"]);
+    const ABOUT: About = About::new("litdata", "LitData chunks").reads(&[
+        "image_column",
+        "label_column",
+        "block_size",
+        "keep_tail",
+        "vocab_size",
+    ]);
     const NAMED: &'static str = "LitData";
 
     fn is_kind(text: &[u8]) -> bool {
@@ -60,6 +70,52 @@ impl FileKind for LitDataChunks {
             problem,
         };
         let described = index::parse_index(text).map_err(|p| problem(index, p))?;
+        match (described.tokens, litdata.tokens) {
+            (Some(dtype), Some((blocking, vocab))) => {
+                if litdata.columns.image.is_some() || litdata.columns.label.is_some() {
+                    return Err(problem(
+                        index,
+                        "its chunks hold token ids, no leaves: leave source.image_column \
+                         and source.label_column unset"
+                            .into(),
+                    ));
+                }
+                let (store, problem) = (&**store, &problem);
+                let files = open_files(
+                    index,
+                    described.chunks,
+                    |chunk| &chunk.filename,
+                    |key, chunk| async move {
+                        // LitData's blocks share no token: `TokensLoader(block_size=L + 1)`.
+                        tokens::token_file(store, &key, &chunk, dtype, blocking.disjoint(), vocab)
+                            .await
+                            .map_err(|e| e.into_source(|p| problem(&key, p)))
+                    },
+                )
+                .await?;
+                let files =
+                    TokenFiles::numbered(files).map_err(|e| problem(index, e.to_string()))?;
+                return Ok(Dataset::from_tokens(files));
+            }
+            (Some(_), None) => {
+                return Err(problem(
+                    index,
+                    "its chunks are written for TokensLoader: they are read in blocks of \
+                     tokens; set source.block_size to the tokens a row trains on (Python: \
+                     block_size=, loader run: --block-size)"
+                        .into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(problem(
+                    index,
+                    "source.block_size cuts token chunks, but these hold samples (litdata's \
+                     PyTreeLoader): leave it unset"
+                        .into(),
+                ));
+            }
+            (None, None) => {}
+        }
         let columns = Columns::choose(
             &described.leaves,
             litdata.columns.image.as_deref(),

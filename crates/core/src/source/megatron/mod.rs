@@ -138,16 +138,11 @@ impl Format for Megatron {
             .buffered(INDEXES_AT_ONCE)
             .try_collect()
             .await?;
-        let mut first_document = 0u64;
-        let mut files = Vec::with_capacity(loaded.len());
-        let mut objects = Vec::with_capacity(loaded.len());
-        for (mut file, meta) in loaded {
-            file.first_document = first_document;
-            first_document += file.documents.len() as u64;
-            files.push((Arc::<str>::from(meta.key.as_str()), file));
-            objects.push(meta);
-        }
-        let files = TokenFiles::new(files).map_err(|e| SourceError::Megatron {
+        let (files, objects): (Vec<_>, Vec<_>) = loaded
+            .into_iter()
+            .map(|(file, meta)| ((Arc::<str>::from(meta.key.as_str()), file), meta))
+            .unzip();
+        let files = TokenFiles::numbered(files).map_err(|e| SourceError::Megatron {
             file: prefixes
                 .first()
                 .map_or_else(String::new, |p| format!("{p}.idx")),
