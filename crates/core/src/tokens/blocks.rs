@@ -23,10 +23,11 @@ pub struct Blocking {
 pub struct BlockingError(pub u64);
 
 /// The documents of one token file in storage order, as the cumulative token count at each
-/// document's end: what every block's boundaries are read from.
+/// document's end: what every block's boundaries are read from. Shared, not copied, by its
+/// clones (a mixture's, the stage's): a corpus's table can be tens of megabytes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Documents {
-    ends: Vec<u64>,
+    ends: std::sync::Arc<[u64]>,
 }
 
 /// A document list that cannot describe a file.
@@ -56,7 +57,7 @@ impl Documents {
                 Ok(total)
             })
             .collect::<Result<Vec<u64>, _>>()?;
-        Ok(Self { ends })
+        Ok(Self { ends: ends.into() })
     }
 
     /// Documents ended by each `end_of_document` token of `tokens` (the token belongs to
@@ -72,7 +73,7 @@ impl Documents {
         if ends.last() != Some(&(tokens.len() as u64)) && !tokens.is_empty() {
             ends.push(tokens.len() as u64);
         }
-        Self { ends }
+        Self { ends: ends.into() }
     }
 
     /// How many documents.
@@ -304,8 +305,8 @@ mod tests {
     #[test]
     fn a_flat_stream_splits_after_each_end_of_document() {
         let d = Documents::split_at(&[5u32, 6, 0, 7, 0, 8, 9], 0);
-        assert_eq!(d.ends, [3, 5, 7]);
-        assert_eq!(Documents::split_at(&[1u32, 0], 0).ends, [2]);
+        assert_eq!(*d.ends, [3, 5, 7]);
+        assert_eq!(*Documents::split_at(&[1u32, 0], 0).ends, [2]);
         assert!(Documents::split_at::<u32>(&[], 0).is_empty());
         assert_eq!(
             Documents::from_lengths([3, 0]),
