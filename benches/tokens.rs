@@ -42,6 +42,7 @@ fn dataset(dir: &std::path::Path, tokens: u64, seed: u64) -> Dataset {
         .and_then(|f| f.set_len(total * 2))
         .expect("sparse file");
     Dataset::from_tokens(TokenFiles::new(vec![(name.into(), file)]).expect("files"))
+        .expect("dataset")
 }
 
 fn resume(c: &mut Criterion) {

@@ -5,8 +5,8 @@ LitData's own StreamingDataset + TokensLoader under its StreamingDataLoader.
     python benches/peers/tokens.py read --which loader|litdata --endpoint URL \\
         --access-key K --secret-key S [--bucket corpus] [--block-size 2048] [--seconds 10]
 
-`read` prints one JSON line: tokens/s from the first batch on, the first batch's wait, and
-the tokens read. Both read the same blocks: TokensLoader(block_size=L + 1) is loader_ml's
+`read` prints one JSON line: tokens/s from the first batch to the end of the window or of
+the epoch, the first batch's wait (imports and opening included), and the tokens read. Both read the same blocks: TokensLoader(block_size=L + 1) is loader_ml's
 block_size=L (inputs and labels from L + 1 tokens), shuffled, batches of 8.
 """
 
@@ -96,7 +96,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("make")
     m.add_argument("out")
-    m.add_argument("--tokens", type=int, default=40_000_000)
+    m.add_argument("--tokens", type=int, default=200_000_000)
     m.add_argument("--block-size", type=int, default=2048)
     r = sub.add_parser("read")
     r.add_argument("--which", choices=["loader", "litdata"], required=True)

@@ -7,7 +7,9 @@
 #
 # Needs the Python tests' virtualenv (crates/python/test.sh makes it: torch, the package);
 # adds litdata 0.2.76 in a virtualenv of its own that sees the tests' packages. Env:
-# LOADER_CACHE (default ~/.cache/loader), SECONDS_PER_CELL (10), TOKENS (40M).
+# LOADER_CACHE (default ~/.cache/loader), SECONDS_PER_CELL (10), TOKENS (200M: 400 MB of
+# uint16 ids, so that an epoch outlasts the window; a second epoch would find LitData's
+# chunks in its local cache).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,9 +28,10 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" uninstall --quiet -y obstore
 fi
 "$tests/bin/pip" install --quiet --force-reinstall --no-deps ./crates/python
-data=$cache/tokens-data
+tokens=${TOKENS:-200000000}
+data=$cache/tokens-data-$tokens
 [ -f "$data/.complete" ] || {
-  "$venv/bin/python" benches/peers/tokens.py make "$data/corpus" --tokens "${TOKENS:-40000000}"
+  "$venv/bin/python" benches/peers/tokens.py make "$data/corpus" --tokens "$tokens"
   touch "$data/.complete"
 }
 cargo build --release -q -p loader-cli

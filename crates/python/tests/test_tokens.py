@@ -140,7 +140,9 @@ def test_token_settings_that_cannot_hold_are_refused(corpus) -> None:
 
 def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_path: Path) -> None:
     """A mixture of two token datasets weighted 2:1, 3 ranks for 2 steps, then 2 ranks resuming
-    from a ``torch.save``d state: every block of the epoch once, each the stream's tokens."""
+    from a ``torch.save``d state: every block of the epoch once, each the stream's tokens.
+    Lanes and the shuffle window are given, so one process reads the same order (left to
+    the loader, they are the first run's, kept in its state)."""
     streams, server, more = corpus
     checkpoint = tmp_path / "checkpoint.pt"
     script = tmp_path / "train.py"
@@ -155,7 +157,8 @@ def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_pat
                                       options={{"source.block_size": "{BLOCK}"}})
                     for url in ("s3://tokens", "s3://more")]
         loader = loader_ml.DataLoader(datasets, weights=[2, 1], batch_size=batch_size,
-                                      shuffle=True, seed=7, stop="all_exhausted")
+                                      shuffle=True, seed=7, stop="all_exhausted", lanes=6,
+                                      shuffle_buffer=64)
         if phase == "resume":
             loader.load_state_dict(torch.load({str(checkpoint)!r})["loader"])
         seen = []
@@ -189,7 +192,8 @@ def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_pat
         [loader_ml.Dataset(url, storage_options=server.options,
                            options={"source.block_size": str(BLOCK)})
          for url in ("s3://tokens", "s3://more")],
-        weights=[2, 1], batch_size=5, shuffle=True, seed=7, stop="all_exhausted")
+        weights=[2, 1], batch_size=5, shuffle=True, seed=7, stop="all_exhausted", lanes=6,
+        shuffle_buffer=64)
     expected = [(s, i) for batch in whole
                 for s, i in list(zip(batch.sources, batch.indices))[:len(batch.indices)
                                                                      - batch.padding]]

@@ -109,8 +109,13 @@ enum Samples {
     Listed(Arc<[Item]>),
     /// Blocks of token files: sample `i` is block `i`, its bytes found from the files'
     /// document lengths when asked (a corpus of 10^10 tokens would otherwise take a
-    /// record per block).
-    Tokens(Arc<TokenFiles>),
+    /// record per block). Each file is a shard whose chunks are runs of `per_chunk`
+    /// blocks, chunk ids from `bases[f]` for file `f`: found by arithmetic, not a table.
+    Tokens {
+        files: Arc<TokenFiles>,
+        per_chunk: u64,
+        bases: Arc<[u32]>,
+    },
 }
 
 impl Default for Samples {
@@ -262,7 +267,17 @@ impl Dataset {
 
     /// The chunk sample `index` is read with: its id and byte range.
     pub(crate) fn chunk(&self, index: usize) -> Option<(u32, Range<u64>)> {
-        let id = *self.chunk_of.get(index)?;
+        let id = match &self.samples {
+            Samples::Listed(_) => *self.chunk_of.get(index)?,
+            Samples::Tokens {
+                files,
+                per_chunk,
+                bases,
+            } => {
+                let (f, block) = files.locate(index as u64)?;
+                bases.get(f)? + u32::try_from(block / per_chunk).ok()?
+            }
+        };
         Some((id, self.chunk_spans.get(id as usize)?.clone()))
     }
 
@@ -283,19 +298,51 @@ impl Dataset {
     }
 
     /// The blocks of token `files` as samples, unlabelled: each block one ranged read of
-    /// its file, computed when asked.
-    pub fn from_tokens(files: TokenFiles) -> Self {
-        Self {
-            samples: Samples::Tokens(Arc::new(files)),
+    /// its file, computed when asked. Each file is a shard read in chunks of about 4 MiB of
+    /// whole blocks, so the shard-local order reads a chunk's blocks with one request.
+    pub fn from_tokens(files: TokenFiles) -> Result<Self> {
+        let chunk_bytes = super::webdataset::DEFAULT_CHUNK_BYTES;
+        let (_, first) = &files.files()[0];
+        let block_bytes = (first.blocking.row_len() + 1) * first.dtype.size();
+        let per_chunk = (chunk_bytes / block_bytes).max(1);
+        let (mut shards, mut spans, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut bases = Vec::with_capacity(files.files().len());
+        for (f, (key, file)) in files.files().iter().enumerate() {
+            bases.push(
+                u32::try_from(spans.len())
+                    .map_err(|_| SourceError::Invalid("more than 2^32 chunks".into()))?,
+            );
+            let (start, blocks) = (files.first_block(f), file.blocks());
+            let mut chunks = Vec::new();
+            for b in (0..blocks).step_by(per_chunk as usize) {
+                let end = (b + per_chunk).min(blocks);
+                spans.push(file.byte_range(b).start..file.byte_range(end - 1).end);
+                sizes.push((end - b) as u32);
+                chunks.push((start + b) as usize..(start + end) as usize);
+            }
+            shards.push(ShardLayout {
+                key: Arc::clone(key),
+                chunks,
+            });
+        }
+        Ok(Self {
+            samples: Samples::Tokens {
+                files: Arc::new(files),
+                per_chunk,
+                bases: bases.into(),
+            },
+            shards: shards.into(),
+            chunk_spans: spans.into(),
+            chunk_sizes: sizes.into(),
             unlabelled: true,
             ..Self::default()
-        }
+        })
     }
 
     /// Its token files, when its samples are blocks of tokens.
     pub fn tokens(&self) -> Option<&Arc<TokenFiles>> {
         match &self.samples {
-            Samples::Tokens(files) => Some(files),
+            Samples::Tokens { files, .. } => Some(files),
             Samples::Listed(_) => None,
         }
     }
@@ -305,7 +352,7 @@ impl Dataset {
         match &self.samples {
             Samples::Listed(items) => items.len(),
             // `TokenFiles::new` refused more blocks than a `usize` counts.
-            Samples::Tokens(files) => usize::try_from(files.blocks()).unwrap_or(usize::MAX),
+            Samples::Tokens { files, .. } => usize::try_from(files.blocks()).unwrap_or(usize::MAX),
         }
     }
 
@@ -318,7 +365,7 @@ impl Dataset {
     pub fn get(&self, index: usize) -> Option<Item> {
         match &self.samples {
             Samples::Listed(items) => items.get(index).cloned(),
-            Samples::Tokens(files) => {
+            Samples::Tokens { files, .. } => {
                 let (key, range) = files.range(index as u64)?;
                 Some(Item::ranged(key, range, Label::None))
             }
@@ -382,7 +429,37 @@ pub(super) async fn heads(
 #[cfg(test)]
 mod tests {
     use super::{Dataset, Item, ShardLayout};
+    use crate::tokens::{Blocking, Documents, TokenFile, TokenFiles, TokenType};
     use std::sync::Arc;
+
+    #[test]
+    fn token_files_are_shards_of_chunks_found_by_arithmetic() {
+        // Blocks of 2^20 + 1 uint16 tokens (just over 2 MiB): one a chunk of 4 MiB.
+        let len = 1 << 20;
+        let file = |tokens: u64| TokenFile {
+            dtype: TokenType::U16,
+            documents: Documents::from_lengths([tokens]).unwrap(),
+            offset: 0,
+            blocking: Blocking::new(len, false).unwrap(),
+            vocab: None,
+            first_document: 0,
+        };
+        let files = TokenFiles::new(vec![
+            ("a".into(), file(3 * len + 1)),
+            ("b".into(), file(2 * len + 1)),
+        ])
+        .unwrap();
+        let data = Dataset::from_tokens(files).unwrap();
+        assert_eq!(data.len(), 5);
+        let chunks: Vec<_> = data.shards().iter().map(|s| s.chunks.clone()).collect();
+        assert_eq!(chunks, [vec![0..1, 1..2, 2..3], vec![3..4, 4..5]]);
+        // Block 4 is file b's second: chunk 3 + 1, its bytes the block's.
+        let (id, span) = data.chunk(4).unwrap();
+        assert_eq!(id, 4);
+        assert_eq!(span, data.get(4).unwrap().range.unwrap());
+        assert_eq!(data.chunk_samples(id), 1);
+        assert!(data.chunk(5).is_none());
+    }
 
     fn page(key: &str, range: std::ops::Range<u64>) -> Item {
         Item::ranged(key, range, 0)

@@ -194,7 +194,7 @@ fn combine_tokens(
     let parts: Vec<&TokenFiles> = parts.iter().collect();
     let files = TokenFiles::concat(&parts)
         .map_err(|e| unlike(sources.len() - 1, format!("cannot be added: {e}")))?;
-    let dataset = Dataset::from_tokens(files).with_objects(objects);
+    let dataset = Dataset::from_tokens(files)?.with_objects(objects);
     let store: DynStorage = Arc::new(MountStore::new(stores)?);
     Ok((store, dataset, offsets))
 }

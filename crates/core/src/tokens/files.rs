@@ -123,16 +123,28 @@ impl TokenFiles {
         self.files[0].1.dtype
     }
 
-    /// The file holding block `i` of the dataset, its key, and the block's index in it.
-    fn find(&self, i: u64) -> Option<(&Arc<str>, &TokenFile, u64)> {
+    /// Which file holds block `i` of the dataset (by its place in [`TokenFiles::files`]),
+    /// and the block's index in it.
+    pub fn locate(&self, i: u64) -> Option<(usize, u64)> {
         if i >= self.blocks() {
             return None;
         }
         // The last file starting at or before `i`: files with no block start where the
         // next does, and are passed over.
         let at = self.starts.partition_point(|&s| s <= i) - 1;
+        Some((at, i - self.starts[at]))
+    }
+
+    /// File `f`'s first block in the dataset.
+    pub fn first_block(&self, f: usize) -> u64 {
+        self.starts.get(f).copied().unwrap_or(0)
+    }
+
+    /// The file holding block `i` of the dataset, its key, and the block's index in it.
+    fn find(&self, i: u64) -> Option<(&Arc<str>, &TokenFile, u64)> {
+        let (at, block) = self.locate(i)?;
         let (key, file) = &self.files[at];
-        Some((key, file, i - self.starts[at]))
+        Some((key, file, block))
     }
 
     /// Block `i`'s object and the bytes of it its fetch reads.

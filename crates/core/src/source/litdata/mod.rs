@@ -95,7 +95,7 @@ impl FileKind for LitDataChunks {
                 .await?;
                 let files =
                     TokenFiles::numbered(files).map_err(|e| problem(index, e.to_string()))?;
-                return Ok(Dataset::from_tokens(files));
+                return Dataset::from_tokens(files);
             }
             (Some(_), None) => {
                 return Err(problem(

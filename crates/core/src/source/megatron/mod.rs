@@ -149,6 +149,6 @@ impl Format for Megatron {
             store: store.name().to_owned(),
             problem: e.to_string(),
         })?;
-        Ok(Dataset::from_tokens(files).with_objects(objects))
+        Ok(Dataset::from_tokens(files)?.with_objects(objects))
     }
 }
