@@ -2,8 +2,8 @@
 LitData's own StreamingDataset + TokensLoader under its StreamingDataLoader.
 
     python benches/peers/tokens.py make DIR [--tokens N]      # the corpus, by litdata.optimize
-    python benches/peers/tokens.py read --which loader|litdata --endpoint URL \\
-        --access-key K --secret-key S [--bucket corpus] [--block-size 2048] [--seconds 10]
+    python benches/peers/tokens.py read --which loader|litdata --option KEY=VALUE ... \\
+        [--bucket corpus] [--block-size 2048] [--seconds 10]
 
 `read` prints one JSON line: tokens/s from the first batch to the end of the window or of
 the epoch, the first batch's wait (imports and opening included), and the tokens read. Both read the same blocks: TokensLoader(block_size=L + 1) is loader_ml's
@@ -62,7 +62,7 @@ def read_litdata(args: argparse.Namespace, options: dict[str, str]):
         storage_options={"endpoint_url": options["aws_endpoint"],
                          "aws_access_key_id": options["aws_access_key_id"],
                          "aws_secret_access_key": options["aws_secret_access_key"],
-                         "region_name": "us-east-1"})
+                         "region_name": options.get("aws_region", "us-east-1")})
     loader = StreamingDataLoader(dataset, batch_size=args.batch_size, num_workers=2)
     for batch in loader:
         # Inputs are a block's first L tokens: count what a step trains on.
@@ -70,8 +70,7 @@ def read_litdata(args: argparse.Namespace, options: dict[str, str]):
 
 
 def read(args: argparse.Namespace) -> None:
-    options = {"aws_endpoint": args.endpoint, "aws_access_key_id": args.access_key,
-               "aws_secret_access_key": args.secret_key, "aws_region": "us-east-1"}
+    options = dict(o.split("=", 1) for o in args.option)
     batches = read_loader(args, options) if args.which == "loader" else read_litdata(args,
                                                                                   options)
     started = time.perf_counter()
@@ -100,8 +99,8 @@ def main() -> None:
     m.add_argument("--block-size", type=int, default=2048)
     r = sub.add_parser("read")
     r.add_argument("--which", choices=["loader", "litdata"], required=True)
-    for name in ("--endpoint", "--access-key", "--secret-key"):
-        r.add_argument(name, required=True)
+    r.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="the store's settings, as `loader --option` takes them")
     r.add_argument("--bucket", default="corpus")
     r.add_argument("--block-size", type=int, default=2048)
     r.add_argument("--batch-size", type=int, default=8)

@@ -34,21 +34,16 @@ data=$cache/tokens-data-$tokens
   "$venv/bin/python" benches/peers/tokens.py make "$data/corpus" --tokens "$tokens"
   touch "$data/.complete"
 }
+source benches/scripts/common.sh
 cargo build --release -q -p loader-cli
 target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+new=$target/release/loader
 for rtt in $rtts; do
-  log=$(mktemp)
-  "$target/release/loader" serve s3 "$data" --rtt "$rtt" > "$log" &
-  server=$!
+  serve_s3 "$data" --rtt "$rtt"
   trap 'kill $server 2>/dev/null || true' EXIT
-  for _ in $(seq 100); do grep -q '^press Ctrl-C' "$log" && break; sleep 0.1; done
-  args=(--endpoint "$(sed -n 's/^endpoint: //p' "$log")"
-        --access-key "$(sed -n 's/^access key: //p' "$log")"
-        --secret-key "$(sed -n 's/^secret key: //p' "$log")"
-        --seconds "${SECONDS_PER_CELL:-10}")
   for which in loader litdata; do
-    "$venv/bin/python" benches/peers/tokens.py read --which "$which" "${args[@]}" \
-      | sed "s/^{/{\"rtt_ms\": $rtt, /"
+    "$venv/bin/python" benches/peers/tokens.py read --which "$which" "${opts[@]}" \
+      --seconds "${SECONDS_PER_CELL:-10}" | sed "s/^{/{\"rtt_ms\": $rtt, /"
   done
   kill $server; wait $server 2>/dev/null || true
 done

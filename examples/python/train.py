@@ -13,6 +13,7 @@ spent waiting for data. Point it at your own bucket with --url and --option KEY=
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import numpy
 import torch
@@ -90,30 +92,71 @@ def serve_folder(binary: str, root: Path, rtt_ms: int) -> tuple[subprocess.Popen
     return server, options
 
 
-def serve(rtt_ms: int, images: int) -> tuple[subprocess.Popen[str], dict[str, str], str]:
-    """A generated dataset behind `loader serve s3 --rtt`; returns the server, the store's
-    options and the dataset URL."""
+@contextlib.contextmanager
+def dataset_url(args: argparse.Namespace,
+                make: Callable[[Path], str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """The user's `--url` and `--option` settings, or the dataset `make(root)` writes under a
+    temporary root (returning its URL), served by `loader serve s3 --rtt` until the block
+    ends."""
+    if args.url:
+        yield args.url, dict(o.split("=", 1) for o in args.option)
+        return
     root = Path(tempfile.mkdtemp(prefix="loader-train-"))
-    write_dataset(root / "train", images, classes=4)
-    server, options = serve_folder(loader_binary(), root, rtt_ms)
-    return server, options, "s3://train"
+    url = make(root)
+    server, options = serve_folder(loader_binary(), root, args.rtt)
+    try:
+        yield url, options
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=32)
+def train(loader: loader_ml.DataLoader, loss_of: Callable[[Any], torch.Tensor],
+          optimizer: torch.optim.Optimizer, steps: int) -> None:
+    """`steps` optimizer steps over `loader`'s epochs, `loss_of(batch)` the loss of one: the
+    loss printed every 10 steps, then the share of the time spent waiting for data."""
+    step, waited, started, epoch = 0, 0.0, time.perf_counter(), 0
+    while step < steps:
+        loader.set_epoch(epoch)
+        before = time.perf_counter()
+        for batch in loader:
+            waited += time.perf_counter() - before
+            loss = loss_of(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            step += 1
+            if step % 10 == 0 or step == 1:
+                print(f"step {step:4}  epoch {epoch}  loss {loss.item():.3f}")
+            if step == steps:
+                break
+            before = time.perf_counter()
+        epoch += 1
+    total = time.perf_counter() - started
+    print(f"{step} steps in {total:.1f} s; waiting for data: {100 * waited / total:.1f}% "
+          f"of the time")
+
+
+def arguments(doc: str, steps: int, batch_size: int) -> argparse.ArgumentParser:
+    """An example's command line: its steps and batch size, the latency of the generated
+    dataset's server, or a dataset of the user's own and its store's options."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--rtt", type=int, default=50, help="ms of latency in front of S3")
     parser.add_argument("--url", help="your own dataset instead of the generated one")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args()
+    return parser
 
-    server = None
-    if args.url:
-        url, options = args.url, dict(o.split("=", 1) for o in args.option)
-    else:
-        server, options, url = serve(args.rtt, images=max(256, args.steps * args.batch_size // 4))
-    try:
+
+def main() -> None:
+    args = arguments(__doc__, steps=40, batch_size=32).parse_args()
+
+    def make(root: Path) -> str:
+        write_dataset(root / "train", max(256, args.steps * args.batch_size // 4), classes=4)
+        return "s3://train"
+
+    with dataset_url(args, make) as (url, options):
         torch.manual_seed(0)
         loader = loader_ml.DataLoader(
             url, batch_size=args.batch_size, shuffle=True, seed=0, storage_options=options,
@@ -124,31 +167,8 @@ def main() -> None:
         model = torchvision.models.resnet18(num_classes=classes)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         print(f"{len(loader.dataset)} images, {classes} classes at {loader.dataset.backend}")
-        step, waited, started = 0, 0.0, time.perf_counter()
-        epoch = 0
-        while step < args.steps:
-            loader.set_epoch(epoch)
-            before = time.perf_counter()
-            for images, labels in loader:
-                waited += time.perf_counter() - before
-                loss = torch.nn.functional.cross_entropy(model(images), labels)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                step += 1
-                if step % 10 == 0 or step == 1:
-                    print(f"step {step:4}  epoch {epoch}  loss {loss.item():.3f}")
-                if step == args.steps:
-                    break
-                before = time.perf_counter()
-            epoch += 1
-        total = time.perf_counter() - started
-        print(f"{step} steps in {total:.1f} s; waiting for data: {100 * waited / total:.1f}% "
-              f"of the time")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=10)
+        train(loader, lambda batch: torch.nn.functional.cross_entropy(model(batch[0]), batch[1]),
+              optimizer, args.steps)
 
 
 if __name__ == "__main__":

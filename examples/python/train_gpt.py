@@ -15,18 +15,15 @@ share of each step spent waiting for data. Point it at your own Megatron dataset
 
 from __future__ import annotations
 
-import argparse
 import os
 import struct
-import tempfile
-import time
 from pathlib import Path
 
 import numpy
 import torch
 
 import loader_ml
-from train import loader_binary, serve_folder
+from train import arguments, dataset_url, train
 
 VOCAB = 64
 
@@ -83,24 +80,15 @@ class TinyGPT(torch.nn.Module):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser = arguments(__doc__, steps=60, batch_size=16)
     parser.add_argument("--block-size", type=int, default=32)
-    parser.add_argument("--rtt", type=int, default=50, help="ms of latency in front of S3")
-    parser.add_argument("--url", help="your own Megatron dataset instead of the generated one")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
 
-    server = None
-    if args.url:
-        url, options = args.url, dict(o.split("=", 1) for o in args.option)
-    else:
-        root = Path(tempfile.mkdtemp(prefix="loader-gpt-"))
+    def make(root: Path) -> str:
         write_corpus(root / "corpus", documents=2_000)
-        server, options = serve_folder(loader_binary(), root, args.rtt)
-        url = "s3://corpus"
-    try:
+        return "s3://corpus"
+
+    with dataset_url(args, make) as (url, options):
         torch.manual_seed(0)
         loader = loader_ml.DataLoader(url, block_size=args.block_size, vocab_size=VOCAB,
                                       batch_size=args.batch_size, shuffle=True, seed=0,
@@ -109,32 +97,13 @@ def main() -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         print(f"{len(loader.dataset)} blocks of {args.block_size} tokens at "
               f"{loader.dataset.backend}")
-        step, waited, started, epoch = 0, 0.0, time.perf_counter(), 0
-        while step < args.steps:
-            loader.set_epoch(epoch)
-            before = time.perf_counter()
-            for batch in loader:
-                waited += time.perf_counter() - before
-                logits = model(batch["input_ids"], batch["position_ids"], batch["document_ids"])
-                loss = torch.nn.functional.cross_entropy(
-                    logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                step += 1
-                if step % 10 == 0 or step == 1:
-                    print(f"step {step:4}  epoch {epoch}  loss {loss.item():.3f}")
-                if step == args.steps:
-                    break
-                before = time.perf_counter()
-            epoch += 1
-        total = time.perf_counter() - started
-        print(f"{step} steps in {total:.1f} s; waiting for data: {100 * waited / total:.1f}% "
-              f"of the time")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=10)
+
+        def loss_of(batch: loader_ml.TokenBatch) -> torch.Tensor:
+            logits = model(batch["input_ids"], batch["position_ids"], batch["document_ids"])
+            return torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
+
+        train(loader, loss_of, optimizer, args.steps)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ import io
 import json
 import os
 import subprocess
+import sys
 import tarfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -143,3 +145,39 @@ def rust_batches(tmp_path: Path):
 
     return run
 
+
+
+def gather_and_save(checkpoint: Path, out: Path) -> str:
+    """The end of a torchrun training script whose ranks put their reads in ``seen``: every
+    rank's state and reads gathered and the states checked equal; rank 0 saves the state
+    (phase ``first``) with ``torch.save`` to ``checkpoint`` and writes every rank's reads to
+    ``out/PHASE.json``."""
+    return textwrap.dedent(f"""
+        states = [None] * dist.get_world_size()
+        dist.all_gather_object(states, loader.state_dict())
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, seen)
+        if dist.get_rank() == 0:
+            assert all(s == states[0] for s in states), "ranks' states differ"
+            if phase == "first":
+                torch.save({{"loader": states[0]}}, {str(checkpoint)!r})
+            json.dump(every, open({str(out)!r} + "/" + phase + ".json", "w"))
+        dist.destroy_process_group()
+    """)
+
+
+def torchrun(script: Path, ranks: int, *args: str) -> None:
+    """``script ARGS`` under ``torch.distributed.run`` with ``ranks`` processes on this
+    machine; its stderr's end is the failure report."""
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc_per_node={ranks}", str(script), *args],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180, capture_output=True,
+        text=True, cwd=WORKSPACE)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def phases(out: Path) -> list[list]:
+    """Every rank's reads of the phases ``first`` and ``resume``, in that order."""
+    return [r for phase in ("first", "resume")
+            for rank in json.loads((out / f"{phase}.json").read_text()) for r in rank]

@@ -4,10 +4,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -15,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import loader_ml
-from conftest import CLASSES, WORKSPACE, jpeg
+from conftest import CLASSES, gather_and_save, jpeg, phases, torchrun
 
 SAMPLES = 24
 
@@ -153,30 +149,10 @@ def test_torchrun_three_ranks_then_two_resume_from_a_torch_saved_checkpoint(
             seen += [[s, k] for s, k in zip(batch.sources[:real], batch.keys[:real])]
             if phase == "first" and step == 2:
                 break
-        states = [None] * dist.get_world_size()
-        dist.all_gather_object(states, loader.state_dict())
-        every = [None] * dist.get_world_size()
-        dist.all_gather_object(every, seen)
-        if dist.get_rank() == 0:
-            assert all(s == states[0] for s in states), "ranks' states differ"
-            if phase == "first":
-                torch.save({{"loader": states[0], "step": 3}}, {str(checkpoint)!r})
-            json.dump(every, open({str(tmp_path)!r} + "/" + phase + ".json", "w"))
-        dist.destroy_process_group()
-    """))
-
-    def torchrun(ranks: int, *args: str) -> None:
-        run = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc_per_node={ranks}", str(script), *args],
-            env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180, capture_output=True,
-            text=True, cwd=WORKSPACE)
-        assert run.returncode == 0, run.stderr[-3000:]
-
-    torchrun(3, "first", "2")
-    torchrun(2, "resume", "3")
-    got = [tuple(r) for phase in ("first", "resume")
-           for rank in json.loads((tmp_path / f"{phase}.json").read_text()) for r in rank]
+    """) + gather_and_save(checkpoint, tmp_path))
+    torchrun(script, 3, "first", "2")
+    torchrun(script, 2, "resume", "3")
+    got = [tuple(r) for r in phases(tmp_path)]
     whole = loader_ml.DataLoader(
         [loader_ml.Dataset("s3://images", storage_options=s3.options), str(second)],
         weights=[2, 1], batch_size=5, shuffle=True, seed=7, stop="all_exhausted")

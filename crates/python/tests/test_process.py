@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import loader_ml
 from conftest import WORKSPACE, Server
 
@@ -108,27 +110,17 @@ def test_torchrun_ranks_read_disjoint_samples(s3, tmp_path: Path) -> None:
     assert len(set(ranks[0]) | set(ranks[1])) == 24
 
 
-def test_the_training_example_learns() -> None:
-    """examples/python/train.py, shortened: a torchvision model trained on batches served by
+@pytest.mark.parametrize("example, args", [
+    # A torchvision model on images.
+    ("train.py", ("--steps", "20", "--batch-size", "16")),
+    # A tiny GPT on packed token rows of a Megatron dataset.
+    ("train_gpt.py", ("--steps", "60")),
+])
+def test_the_training_examples_learn(example: str, args: tuple[str, ...]) -> None:
+    """examples/python/, shortened: a model trained on batches served by
     `loader serve s3 --rtt 50`, its loss falling."""
     run = subprocess.run(
-        [sys.executable, str(WORKSPACE / "examples" / "python" / "train.py"), "--steps", "20",
-         "--batch-size", "16"],
-        env=dict(os.environ, OMP_NUM_THREADS="2"), timeout=300, capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    losses = [float(line.split("loss")[1]) for line in run.stdout.splitlines() if "loss" in line]
-    assert len(losses) >= 3 and losses[-1] < 0.5 * losses[0], run.stdout
-    assert "waiting for data" in run.stdout
-
-
-def test_the_gpt_example_learns() -> None:
-    """examples/python/train_gpt.py: a tiny GPT trained on packed token rows of a Megatron
-    dataset served by `loader serve s3 --rtt 50`, its loss falling."""
-    run = subprocess.run(
-        [sys.executable, str(WORKSPACE / "examples" / "python" / "train_gpt.py"), "--steps",
-         "60"],
+        [sys.executable, str(WORKSPACE / "examples" / "python" / example), *args],
         env=dict(os.environ, OMP_NUM_THREADS="2"), timeout=300, capture_output=True,
         text=True,
     )

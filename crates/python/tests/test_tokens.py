@@ -7,11 +7,8 @@ stream's tokens, and a resumed run reading on where the saved one stopped."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import struct
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -20,7 +17,7 @@ import numpy
 import pytest
 
 import loader_ml
-from conftest import WORKSPACE, Server
+from conftest import WORKSPACE, Server, gather_and_save, phases, torchrun
 
 BLOCK = 16
 
@@ -168,26 +165,10 @@ def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_pat
                      enumerate(zip(batch.sources[:real], batch.indices[:real]))]
             if phase == "first" and step == 1:
                 break
-        states = [None] * dist.get_world_size()
-        dist.all_gather_object(states, loader.state_dict())
-        every = [None] * dist.get_world_size()
-        dist.all_gather_object(every, seen)
-        if dist.get_rank() == 0:
-            assert all(s == states[0] for s in states), "ranks' states differ"
-            if phase == "first":
-                torch.save({{"loader": states[0]}}, {str(checkpoint)!r})
-            json.dump(every, open({str(tmp_path)!r} + "/" + phase + ".json", "w"))
-        dist.destroy_process_group()
-    """))
-    for ranks, args in ((3, ("first", "2")), (2, ("resume", "3"))):
-        run = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc_per_node={ranks}", str(script), *args],
-            env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180, capture_output=True,
-            text=True, cwd=WORKSPACE)
-        assert run.returncode == 0, run.stderr[-3000:]
-    got = [r for phase in ("first", "resume")
-           for rank in json.loads((tmp_path / f"{phase}.json").read_text()) for r in rank]
+    """) + gather_and_save(checkpoint, tmp_path))
+    torchrun(script, 3, "first", "2")
+    torchrun(script, 2, "resume", "3")
+    got = phases(tmp_path)
     whole = loader_ml.DataLoader(
         [loader_ml.Dataset(url, storage_options=server.options,
                            options={"source.block_size": str(BLOCK)})
