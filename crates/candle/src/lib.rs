@@ -1,6 +1,7 @@
 //! candle trains straight from loader: [`CandleLoader`] yields each batch as
 //! [`candle_core::Tensor`]s (images and labels) on a device, and [`to_candle`] makes one
-//! batch into them. On the CPU the batch's values move into the tensor without a copy.
+//! batch into them; [`tokens_to_candle`] makes a batch of packed token rows into its
+//! tensors. On the CPU the batch's values move into the tensor without a copy.
 //!
 //! ```
 //! use candle_core::{DType, Device};
@@ -36,6 +37,7 @@
 //! what the lost reuse costs per batch.
 
 use candle_core::{Device, Tensor};
+use loader_core::tokens::TokenBatch;
 use loader_core::{Batch, BatchInfo, DataLoader, HostTensor, HostVec, LoaderState};
 
 /// Why a batch could not be had as candle tensors.
@@ -70,6 +72,45 @@ pub fn to_candle(batch: Batch, device: &Device) -> Result<CandleBatch, Error> {
         images: tensor(parts.images, device)?,
         labels: tensor(parts.labels, device)?,
         info: parts.info,
+    })
+}
+
+/// A batch of packed token rows as candle tensors, with where each row came from.
+#[derive(Debug)]
+pub struct CandleTokenBatch {
+    /// `[B, L]` i64 ids trained on.
+    pub input_ids: Tensor,
+    /// `[B, L]` i64: the id each position predicts, or the ignore index.
+    pub labels: Tensor,
+    /// `[B, L]` i64: each token's place in its document.
+    pub position_ids: Tensor,
+    /// `[B, L]` i64: each token's document (-1 for padding).
+    pub document_ids: Tensor,
+    /// `[S + 1]` u32: where each document segment starts in the flattened batch, as
+    /// candle-flash-attn's varlen kernels take `seqlens_q`.
+    pub cu_seqlens: Tensor,
+    /// The longest segment.
+    pub max_seqlen: usize,
+    /// Where its rows came from, which were skipped, which are padding.
+    pub info: BatchInfo,
+}
+
+/// `batch` as candle tensors on `device` (the per-token fields moved on the CPU;
+/// `cu_seqlens`, int32 in the batch, as u32, candle having no int32).
+pub fn tokens_to_candle(batch: TokenBatch, device: &Device) -> Result<CandleTokenBatch, Error> {
+    let cu = batch.cu_seqlens.as_i32().unwrap_or_default();
+    let cu: Vec<u32> = cu.iter().map(|&c| c.max(0) as u32).collect();
+    Ok(CandleTokenBatch {
+        cu_seqlens: {
+            let n = cu.len();
+            Tensor::from_vec(cu, n, device)?
+        },
+        input_ids: tensor(batch.input_ids, device)?,
+        labels: tensor(batch.labels, device)?,
+        position_ids: tensor(batch.position_ids, device)?,
+        document_ids: tensor(batch.document_ids, device)?,
+        max_seqlen: batch.max_seqlen,
+        info: batch.info,
     })
 }
 

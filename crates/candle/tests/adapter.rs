@@ -194,3 +194,44 @@ fn subsets_are_disjoint_and_cover_the_dataset() {
 fn at(state: LoaderState) -> (u64, u64) {
     (state.epoch, state.position)
 }
+
+/// Packed token rows of megatron-core's fixture as candle tensors: ids, labels, positions
+/// and documents `[B, L]` i64 equal to the batch's, `cu_seqlens` u32 ending at `B·L`.
+#[test]
+fn token_rows_become_candle_tensors() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/megatron");
+    let dir = tempfile::tempdir().unwrap();
+    for ext in ["idx", "bin"] {
+        let name = format!("u16.{ext}");
+        std::fs::copy(fixtures.join(&name), dir.path().join(&name)).unwrap();
+    }
+    let mut options = loader_core::LoaderOptions::default();
+    options.set("source.block_size", "16").unwrap();
+    let url = dir.path().to_string_lossy().into_owned();
+    let (store, dataset) =
+        loader_core::open_with(&url, Vec::<(String, String)>::new(), &options).unwrap();
+    let loader = DataLoader::builder(store, dataset)
+        .batch_size(4)
+        .tokens(loader_core::tokens::Packing::new())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut rows = 0;
+    for batch in loader {
+        let batch = batch.unwrap();
+        let want = batch.input_ids.as_i64().unwrap().to_vec();
+        let b = batch.info.indices.len();
+        let t = loader_candle::tokens_to_candle(batch, &Device::Cpu).unwrap();
+        assert_eq!(t.input_ids.dims(), [b, 16]);
+        assert_eq!(t.labels.dtype(), DType::I64);
+        assert_eq!(
+            t.input_ids.flatten_all().unwrap().to_vec1::<i64>().unwrap(),
+            want
+        );
+        let cu = t.cu_seqlens.to_vec1::<u32>().unwrap();
+        assert_eq!((cu[0], cu[cu.len() - 1]), (0, 16 * b as u32));
+        rows += b;
+    }
+    assert_eq!(rows, (1342 - 1) / 16);
+}

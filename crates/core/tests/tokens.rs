@@ -374,3 +374,26 @@ fn litdata_token_chunks_are_read_block_by_block_as_litdata_reads_them() {
         "{err}"
     );
 }
+
+/// `MegatronWriter` writes what megatron-core's IndexedDatasetBuilder wrote, byte for byte:
+/// the fixture `u16`'s documents (one sequence each) give its very `.bin` and `.idx`; an
+/// empty document and an id past the type are refused.
+#[test]
+fn megatron_files_are_written_as_megatron_core_writes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("u16");
+    let mut writer = megatron::MegatronWriter::create(&prefix, TokenType::U16).unwrap();
+    for document in &expected()["u16"].documents {
+        writer.add_document(document).unwrap();
+    }
+    assert!(writer.add_document(&[]).is_err());
+    let err = writer.add_document(&[1, 70_000]).unwrap_err().to_string();
+    assert!(err.contains("70000") && err.contains("uint16"), "{err}");
+    writer.finish().unwrap();
+    for ext in ["bin", "idx"] {
+        let ours = std::fs::read(dir.path().join(format!("u16.{ext}"))).unwrap();
+        let theirs = std::fs::read(fixtures().join(format!("u16.{ext}"))).unwrap();
+        assert!(ours == theirs, "u16.{ext} differs from megatron-core's");
+    }
+    assert!(megatron::MegatronWriter::create(&prefix, TokenType::U32).is_err());
+}

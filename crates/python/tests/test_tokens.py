@@ -198,3 +198,22 @@ def test_litdata_token_chunks_give_litdatas_blocks() -> None:
         for row, index in enumerate(batch.indices):
             seen[index] = batch["input_ids"][row].tolist() + [int(batch["labels"][row][-1])]
     assert seen == dict(enumerate(want))
+
+
+def test_token_rows_through_torchs_dataloader_with_workers(corpus) -> None:
+    """``as_iterable_dataset()`` under torch's DataLoader with 2 workers: each worker a
+    disjoint share, every block once, batches still ``TokenBatch``es with ``keep``."""
+    import torch
+
+    from loader_ml.torch_view import keep
+
+    streams, server, _ = corpus
+    iterable = loader(server).as_iterable_dataset()
+    seen = []
+    for batch in torch.utils.data.DataLoader(iterable, batch_size=None, num_workers=2,
+                                             collate_fn=keep):
+        assert isinstance(batch, loader_ml.TokenBatch) and batch.max_seqlen is not None
+        for row, index in enumerate(batch.indices):
+            assert batch["input_ids"][row].tolist() == block_tokens(streams, index)[:-1].tolist()
+        seen += batch.indices[:len(batch.indices) - batch.padding]
+    assert sorted(seen) == list(range(sum((len(s) - 1) // BLOCK for s in streams)))

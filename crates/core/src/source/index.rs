@@ -301,7 +301,7 @@ impl Dataset {
     /// its file, computed when asked. Each file is a shard read in chunks of about 4 MiB of
     /// whole blocks, so the shard-local order reads a chunk's blocks with one request.
     pub fn from_tokens(files: TokenFiles) -> Result<Self> {
-        let chunk_bytes = super::webdataset::DEFAULT_CHUNK_BYTES;
+        let chunk_bytes = crate::tokens::CHUNK_BYTES;
         let (_, first) = &files.files()[0];
         let block_bytes = (first.blocking.row_len() + 1) * first.dtype.size();
         let per_chunk = (chunk_bytes / block_bytes).max(1);

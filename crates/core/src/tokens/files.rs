@@ -10,6 +10,10 @@ use super::file::TokenFile;
 use super::ids::TokenType;
 use super::pack::{Packing, Row};
 
+/// About how many bytes of whole blocks a token file's chunk holds: what the shard-local
+/// order reads with one request (as it reads shards' chunks).
+pub const CHUNK_BYTES: u64 = 4 << 20;
+
 /// Why files cannot be read as one token dataset.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenFilesError {

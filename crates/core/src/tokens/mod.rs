@@ -38,6 +38,6 @@ mod pack;
 pub use batch::{TokenBatch, collate};
 pub use blocks::{Block, Blocking, BlockingError, Documents, DocumentsError};
 pub use file::TokenFile;
-pub use files::{TokenFiles, TokenFilesError};
+pub use files::{CHUNK_BYTES, TokenFiles, TokenFilesError};
 pub use ids::TokenType;
 pub use pack::{Packing, Row};

@@ -9,6 +9,7 @@
 //! `source.block_size` tokens.
 
 mod index;
+mod write;
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use super::index::Dataset;
 use crate::tokens::{Blocking, TokenFile, TokenFiles};
 
 pub use index::{MAGIC, MegatronIndex, parse as parse_index};
+pub use write::MegatronWriter;
 
 /// Megatron-LM's dataset `prefix` (`prefix.idx` and `prefix.bin`) as a token file cut by
 /// `blocking`, ids at or past `vocab` refused: the `.idx` file read whole (bounded by the
