@@ -22,6 +22,8 @@ mod report;
 mod run;
 #[cfg(feature = "tools")]
 mod serve;
+#[cfg(feature = "tokenize")]
+mod tokenize;
 
 use std::process::ExitCode;
 
@@ -54,6 +56,9 @@ enum Command {
     /// Reproduce the paper: storage latency x fetch strategy, against the CPU ceiling.
     #[cfg(feature = "tools")]
     Bench(bench::Args),
+    /// Tokenize a text corpus (JSON lines) into a Megatron-LM dataset the loader reads.
+    #[cfg(feature = "tokenize")]
+    Tokenize(tokenize::Args),
 }
 
 /// Fetch strategy names shared by `run` and `bench`.
@@ -93,6 +98,8 @@ fn main() -> ExitCode {
         Command::Pack(args) => pack::main(args),
         #[cfg(feature = "tools")]
         Command::Bench(args) => bench::main(args),
+        #[cfg(feature = "tokenize")]
+        Command::Tokenize(args) => tokenize::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

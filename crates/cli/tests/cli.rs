@@ -321,3 +321,86 @@ fn run_never_prints_the_credentials_of_its_url() {
         }
     }
 }
+
+/// `loader tokenize` over a JSON-lines corpus with a byte-level BPE that Hugging Face's
+/// `tokenizers` package trained (fixtures/tokenize/make.py): every document's ids, with
+/// `<|endoftext|>` appended, are the package's own, read back through the Megatron reader;
+/// then `loader run` reads the dataset. A tokenizer that does not load, an unknown end
+/// token and a line without its text field are errors naming the file and the cause.
+#[test]
+fn tokenize_writes_the_ids_the_tokenizers_package_gives() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenize");
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures.join("expected.json")).unwrap()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let prefix = out.path().join("corpus");
+    let (corpus, tokenizer) = (
+        fixtures.join("corpus.jsonl"),
+        fixtures.join("tokenizer.json"),
+    );
+    ok(loader()
+        .arg("tokenize")
+        .arg(&corpus)
+        .arg("--tokenizer")
+        .arg(&tokenizer)
+        .arg("--out")
+        .arg(&prefix)
+        .args(["--append-eos", "<|endoftext|>", "--batch", "7"]));
+    let idx = std::fs::read(out.path().join("corpus.idx")).unwrap();
+    let bin = std::fs::read(out.path().join("corpus.bin")).unwrap();
+    let index = loader_core::source::megatron::parse_index(&idx, bin.len() as u64).unwrap();
+    let ids: Vec<i64> = bin
+        .chunks_exact(2)
+        .map(|b| i64::from(u16::from_le_bytes([b[0], b[1]])))
+        .collect();
+    let want = expected["documents"].as_array().unwrap();
+    assert_eq!(index.documents.len(), want.len());
+    for (d, doc) in want.iter().enumerate() {
+        let (start, end) = (index.documents.start(d), index.documents.start(d + 1));
+        let want: Vec<i64> = doc
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
+        assert_eq!(ids[start as usize..end as usize], want, "document {d}");
+    }
+    let run = ok(loader()
+        .arg("run")
+        .arg(out.path())
+        .args(["--block-size", "16", "--json"]));
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(
+        summary["tokens"],
+        (ids.len() as u64 - 1) / 16 * 16,
+        "{summary}"
+    );
+
+    let bad = out.path().join("bad.json");
+    std::fs::write(&bad, "{not a tokenizer").unwrap();
+    let no_text = out.path().join("no-text.jsonl");
+    std::fs::write(&no_text, "{\"text\": \"a\"}\n\n{\"body\": \"b\"}\n").unwrap();
+    for (input, tokenizer, extra, needle) in [
+        (&corpus, &bad, None, "bad.json"),
+        (&corpus, &tokenizer, Some("<eos>"), "no such token"),
+        (&no_text, &tokenizer, None, "no-text.jsonl line 3"),
+    ] {
+        let mut command = loader();
+        command
+            .arg("tokenize")
+            .arg(input)
+            .arg("--tokenizer")
+            .arg(tokenizer)
+            .arg("--out")
+            .arg(out.path().join("x"));
+        if let Some(token) = extra {
+            command.args(["--append-eos", token]);
+        }
+        let result = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(
+            !result.status.success() && stderr.contains(needle),
+            "{needle}: {stderr}"
+        );
+    }
+}
