@@ -26,8 +26,9 @@ fuzz_target!(|data: &[u8]| {
         };
         assert!(end > documents.start(d), "document {d} is empty");
     }
-    for len in [1, 7, 4096] {
-        let blocking = Blocking::new(len, true).unwrap();
+    // Overlapping blocks (Megatron's) and disjoint ones (LitData's), tails kept.
+    let cuts = [1, 7, 4096].map(|len| Blocking::new(len, true).unwrap());
+    for blocking in cuts.into_iter().flat_map(|b| [b, b.disjoint()]) {
         let blocks = blocking.blocks(documents.tokens());
         for i in [0, blocks / 2, blocks.saturating_sub(1)] {
             if i < blocks {
