@@ -128,6 +128,10 @@ def test_token_settings_that_cannot_hold_are_refused(corpus) -> None:
         loader(server, transform="imagenet_eval")
     with pytest.raises(loader_ml.ConfigError, match="fields"):
         loader(server, fields="jpg")
+    # A Dataset opened already: its blocks were cut then, not by the loader's keywords.
+    opened = loader_ml.Dataset("s3://tokens", storage_options=server.options, block_size=BLOCK)
+    with pytest.raises(loader_ml.ConfigError, match="Dataset\\(url, block_size"):
+        loader_ml.DataLoader(opened, block_size=BLOCK)
     # Ids past a vocabulary smaller than the writer's: the first batch names the file.
     small = loader_ml.DataLoader("s3://tokens", block_size=BLOCK, vocab_size=10,
                                  storage_options=server.options, batch_size=4)
@@ -151,7 +155,7 @@ def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_pat
         phase, batch_size = sys.argv[1], int(sys.argv[2])
         dist.init_process_group("gloo")
         datasets = [loader_ml.Dataset(url, storage_options={server.options!r},
-                                      options={{"source.block_size": "{BLOCK}"}})
+                                      block_size={BLOCK})
                     for url in ("s3://tokens", "s3://more")]
         loader = loader_ml.DataLoader(datasets, weights=[2, 1], batch_size=batch_size,
                                       shuffle=True, seed=7, stop="all_exhausted", lanes=6,
@@ -170,8 +174,7 @@ def test_torchrun_three_ranks_then_two_read_a_token_mixture_once(corpus, tmp_pat
     torchrun(script, 2, "resume", "3")
     got = phases(tmp_path)
     whole = loader_ml.DataLoader(
-        [loader_ml.Dataset(url, storage_options=server.options,
-                           options={"source.block_size": str(BLOCK)})
+        [loader_ml.Dataset(url, storage_options=server.options, block_size=BLOCK)
          for url in ("s3://tokens", "s3://more")],
         weights=[2, 1], batch_size=5, shuffle=True, seed=7, stop="all_exhausted", lanes=6,
         shuffle_buffer=64)

@@ -37,6 +37,9 @@ class Dataset:
         label_column: str | None = None,
         member_columns: list[str] | None = None,
         format: str | None = None,
+        block_size: int | None = None,
+        keep_tail: bool | None = None,
+        vocab_size: int | None = None,
         options: dict[str, str] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...

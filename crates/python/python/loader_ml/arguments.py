@@ -16,12 +16,12 @@ from .errors import ConfigError
 from .options import _OPTIONS, _option_text
 from .transforms import _is_torchvision, _steps
 
-#: The keywords that open a dataset given by its URL (``source.*`` options and the store's).
-SOURCE_KEYWORDS = ("manifest", "storage_options", "labels", "classes", "image_column",
-                   "label_column", "member_columns", "format")
-
 #: The keywords that cut a token dataset into blocks, as it is opened.
 TOKEN_KEYWORDS = ("block_size", "keep_tail", "vocab_size")
+
+#: The keywords that open a dataset given by its URL (``source.*`` options and the store's).
+SOURCE_KEYWORDS = ("manifest", "storage_options", "labels", "classes", "image_column",
+                   "label_column", "member_columns", *TOKEN_KEYWORDS, "format")
 
 
 def plan_fields(fields: Any, decode: Any, transform: Any,
@@ -45,7 +45,7 @@ def open_datasets(dataset: Any, weights: Sequence[float] | None,
                   options: dict[str, Any]) -> list[Dataset]:
     """The datasets read: those given, and those named by URL opened with ``source`` (the
     source keywords) and ``options`` (option keywords a dataset is opened with: the request
-    bounds its listing and index reads honour, how token files are cut)."""
+    bounds its listing and index reads honour)."""
     given = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
     if not given:
         raise ConfigError("give a dataset, or a list of datasets to mix")
@@ -63,10 +63,10 @@ def open_datasets(dataset: Any, weights: Sequence[float] | None,
                 "member_columns": None if members is None else list(members),
                 "options": {_OPTIONS[k]: _option_text(v) for k, v in options.items()
                             if v is not None}})
-        elif any(options.get(k) is not None for k in TOKEN_KEYWORDS):
+        elif any(source.get(k) is not None for k in TOKEN_KEYWORDS):
             raise ConfigError(", ".join(TOKEN_KEYWORDS) + " say how the Dataset given is "
-                              "opened: open it with them (options={'source.block_size': "
-                              "...}), or give the URL")
+                              "opened: open it with them (Dataset(url, block_size=...)), or "
+                              "give the URL")
         elif any(v is not None for v in source.values()):
             raise ConfigError(", ".join(SOURCE_KEYWORDS[:-1]) + " and format belong to the "
                               "Dataset given: open it with them, or give the URL")

@@ -321,11 +321,11 @@ class DataLoader:
         planned = arguments.plan_fields(fields, decode, transform, member_columns)
         datasets = arguments.open_datasets(
             dataset, weights, planned,
-            source={k: self._settings[k] for k in arguments.SOURCE_KEYWORDS},
-            # Listings and index reads behind the samples' own bounds; token blocks.
-            options={"request_timeout": request_timeout, "max_retries": max_retries,
-                     "block_size": block_size, "keep_tail": keep_tail or None,
-                     "vocab_size": vocab_size})
+            source={**{k: self._settings[k] for k in arguments.SOURCE_KEYWORDS},
+                    # False is keep_tail's default: not a setting the Dataset must take.
+                    "keep_tail": keep_tail or None},
+            # Listings and index reads behind the samples' own bounds.
+            options={"request_timeout": request_timeout, "max_retries": max_retries})
         planned = arguments.replan_fields(planned, datasets, fields, decode, transform)
         #: The dataset read (the list of them, for a mixture).
         self.dataset = datasets[0] if len(datasets) == 1 else datasets
