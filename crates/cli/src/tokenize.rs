@@ -48,8 +48,10 @@ pub fn main(args: Args) -> Result {
     let tokenizer = Tokenizer::from_file(&args.tokenizer)
         .map_err(|e| format!("tokenizer {}: {e}", args.tokenizer.display()))?;
     let vocab = tokenizer.get_vocab_size(true);
-    // Megatron-LM's rule: uint16 while every id fits.
-    let dtype = if vocab <= 1 << 16 {
+    // uint16 while every id fits (as Megatron-LM chooses): the highest id decides, an
+    // added token's id may lie past the vocabulary's size.
+    let highest = tokenizer.get_vocab(true).into_values().max().unwrap_or(0);
+    let dtype = if highest < 1 << 16 {
         TokenType::U16
     } else {
         TokenType::I32

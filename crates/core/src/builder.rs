@@ -363,6 +363,18 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         config.trace = self.trace;
         config.runtime = self.runtime;
         let (storage, dataset, offsets) = combine(&self.sources)?;
+        if let Some(files) = dataset.tokens() {
+            let tokens = options.batch_size as u64 * files.blocking().row_len();
+            if tokens > i32::MAX as u64 {
+                return Err(ConfigError::Option(format!(
+                    "batch_size {} x block_size {} is {tokens} tokens a batch: more than \
+                     cu_seqlens' int32 offsets count; give fewer rows or shorter blocks",
+                    options.batch_size,
+                    files.blocking().row_len()
+                ))
+                .into());
+            }
+        }
         let mut planner = Planner::new(&self.sources, dataset, &offsets, &options, self.sampler)?;
         // The same request stack a dataset's index was read through (a whole retry
         // policy given to the builder instead of `storage.max_retries`).

@@ -397,3 +397,60 @@ fn megatron_files_are_written_as_megatron_core_writes_them() {
     }
     assert!(megatron::MegatronWriter::create(&prefix, TokenType::U32).is_err());
 }
+
+/// Files named out of order are each read once; a LitData and a Megatron source with rows
+/// of one length mix (their own cuts kept); a batch of more tokens than `cu_seqlens`'
+/// int32 counts is refused when the loader is built.
+#[test]
+fn named_files_mixed_cuts_and_batch_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a", "b"] {
+        for ext in ["idx", "bin"] {
+            let to = dir.path().join(format!("{name}.{ext}"));
+            std::fs::copy(fixtures().join(format!("u16.{ext}")), to).unwrap();
+        }
+    }
+    let root = dir.path().to_string_lossy().into_owned();
+    let with = |settings: &[(&str, &str)]| {
+        let mut options = LoaderOptions::default();
+        for (key, value) in settings {
+            options.set(key, value).unwrap();
+        }
+        options
+    };
+    let none = Vec::<(String, String)>::new;
+    let eight = with(&[("source.block_size", "8")]);
+    let url = format!("{root}/{{a.idx,b.idx,a.bin,b.bin}}");
+    let (store, megatron) = open_with(&url, none(), &eight).unwrap();
+    assert_eq!(megatron.len(), 2 * ((1342 - 1) / 8), "each pair once");
+    let litdata =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata-tokens/numpy-u16");
+    let (lit_store, lit) = open_with(&litdata.to_string_lossy(), none(), &eight).unwrap();
+    let mixed = DataLoader::mixture(vec![
+        Source::new(store.clone(), megatron.clone()),
+        Source::new(lit_store, lit.clone()),
+    ])
+    .batch_size(4)
+    .stop(loader_core::StopRule::AllExhaustedWithoutReplacement)
+    .tokens(Packing::new())
+    .unwrap()
+    .build()
+    .unwrap();
+    let rows: usize = mixed.map(|b| b.unwrap().info.indices.len()).sum();
+    assert_eq!(rows, megatron.len() + lit.len());
+    let huge = with(&[
+        ("source.block_size", "1000000000"),
+        ("source.keep_tail", "true"),
+    ]);
+    let (store, tail) = open_with(&format!("{root}/a.idx"), none(), &huge).unwrap();
+    assert_eq!(tail.len(), 1, "a kept tail");
+    let err = DataLoader::builder(store, tail)
+        .batch_size(4)
+        .tokens(Packing::new())
+        .unwrap()
+        .build()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("cu_seqlens"), "{err}");
+}

@@ -166,7 +166,7 @@ fn combine_tokens(
                     files.dtype().name(),
                     first.dtype().name()
                 )
-            } else if files.blocking() != first.blocking() {
+            } else if files.blocking().row_len() != first.blocking().row_len() {
                 format!(
                     "is cut in blocks of {} tokens, source 0 in blocks of {}",
                     files.blocking().row_len(),

@@ -43,7 +43,7 @@ pub enum TokenFilesError {
 
 /// Files of one token dataset, each cut into blocks on its own (a block never spans two
 /// files), read as one run: block `i` of the dataset is block `i - start` of the file whose
-/// blocks hold it. Every file stores its ids alike and is cut alike.
+/// blocks hold it. Every file stores its ids alike and makes rows of one length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenFiles {
     files: Vec<(Arc<str>, TokenFile)>,
@@ -53,7 +53,7 @@ pub struct TokenFiles {
 
 impl TokenFiles {
     /// `files` (each with the key of the object it is) in dataset order; refused when one
-    /// stores ids or is cut unlike the first, or none gives a block.
+    /// stores ids or makes rows unlike the first, or none gives a block.
     pub fn new(files: Vec<(Arc<str>, TokenFile)>) -> Result<Self, TokenFilesError> {
         let Some((first_key, first)) = files.first() else {
             return Err(TokenFilesError::Empty { len: 0 });
@@ -65,8 +65,12 @@ impl TokenFiles {
                     file.dtype.name(),
                     first.dtype.name()
                 )
-            } else if file.blocking != first.blocking {
-                "is cut in other blocks".to_owned()
+            } else if file.blocking.row_len() != first.blocking.row_len() {
+                format!(
+                    "is cut in rows of {} tokens, not {}",
+                    file.blocking.row_len(),
+                    first.blocking.row_len()
+                )
             } else if file.vocab != first.vocab {
                 "has another vocabulary size".to_owned()
             } else {
@@ -117,7 +121,8 @@ impl TokenFiles {
         &self.files
     }
 
-    /// How every file is cut.
+    /// How the first file is cut: every file's rows are as long (whether blocks overlap, or
+    /// a tail is kept, is each file's own).
     pub fn blocking(&self) -> Blocking {
         self.files[0].1.blocking
     }

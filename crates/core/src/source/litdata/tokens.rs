@@ -24,7 +24,10 @@ pub(super) async fn token_file(
 ) -> Result<(Arc<str>, TokenFile), FileError> {
     let items = chunk.chunk_size;
     // The item count, then `items + 1` offsets: u32 each.
-    let table = (items + 2) * 4;
+    let table = items
+        .checked_add(2)
+        .and_then(|n| n.checked_mul(4))
+        .unwrap_or(u64::MAX);
     if table > chunk.chunk_bytes {
         return Err(FileError::Invalid(format!(
             "index.json says {items} items in {} bytes: their table alone takes {table}",

@@ -85,13 +85,12 @@ impl Megatron {
     /// The prefixes the URL names (its files, a pair each) or its listing holds.
     async fn found(probe: &Probe<'_>) -> Result<Vec<String>> {
         if let Some(named) = probe.named() {
-            let mut prefixes: Vec<String> = named
+            // Each pair once, in key order, however the URL lists its files.
+            let prefixes: std::collections::BTreeSet<&str> = named
                 .iter()
                 .filter_map(|k| k.strip_suffix(".idx").or_else(|| k.strip_suffix(".bin")))
-                .map(str::to_owned)
                 .collect();
-            prefixes.dedup();
-            return Ok(prefixes);
+            return Ok(prefixes.into_iter().map(str::to_owned).collect());
         }
         let listed = probe.listed().await?.unwrap_or_default();
         Ok(Self::prefixes(listed.iter().map(|m| m.key.as_str())))
