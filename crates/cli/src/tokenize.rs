@@ -45,6 +45,20 @@ struct Line {
 }
 
 pub fn main(args: Args) -> Result {
+    if args.batch == 0 {
+        return Err("--batch 0: give the documents tokenized at once, 1 or more".into());
+    }
+    if let Some(url) = args
+        .inputs
+        .iter()
+        .find(|p| p.to_string_lossy().contains("://"))
+    {
+        return Err(format!(
+            "{}: loader tokenize reads local files; copy the corpus to local disk first",
+            url.display()
+        )
+        .into());
+    }
     let tokenizer = Tokenizer::from_file(&args.tokenizer)
         .map_err(|e| format!("tokenizer {}: {e}", args.tokenizer.display()))?;
     let vocab = tokenizer.get_vocab_size(true);
@@ -68,7 +82,7 @@ pub fn main(args: Args) -> Result {
     let started = Instant::now();
     let mut writer = MegatronWriter::create(&args.out, dtype)?;
     let mut tokens = 0u64;
-    let mut pending: Vec<Line> = Vec::with_capacity(args.batch.max(1));
+    let mut pending: Vec<Line> = Vec::with_capacity(args.batch);
     let mut flush = |pending: &mut Vec<Line>, writer: &mut MegatronWriter| -> Result {
         let texts: Vec<String> = pending.iter().map(|l| l.text.clone()).collect();
         let encodings = tokenizer
@@ -108,7 +122,7 @@ pub fn main(args: Args) -> Result {
                 text: text.to_owned(),
                 at,
             });
-            if pending.len() >= args.batch.max(1) {
+            if pending.len() >= args.batch {
                 flush(&mut pending, &mut writer)?;
             }
         }

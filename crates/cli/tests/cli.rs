@@ -403,4 +403,22 @@ fn tokenize_writes_the_ids_the_tokenizers_package_gives() {
             "{needle}: {stderr}"
         );
     }
+    // Settings it cannot honour: no batch, a corpus in a store.
+    for (input, batch, needle) in [
+        (corpus.to_string_lossy().into_owned(), "0", "--batch 0"),
+        ("s3://bucket/corpus.jsonl".to_owned(), "8", "local files"),
+    ] {
+        let result = loader()
+            .args(["tokenize", &input, "--batch", batch, "--tokenizer"])
+            .arg(&tokenizer)
+            .arg("--out")
+            .arg(out.path().join("x"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(
+            !result.status.success() && stderr.contains(needle),
+            "{needle}: {stderr}"
+        );
+    }
 }

@@ -405,7 +405,7 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
         }
         return hasher.digest();
     }
-    for item in dataset.iter() {
+    for item in dataset.records().unwrap_or_default() {
         hasher.update(item.key.as_bytes());
         hasher.update(&[0]);
         if let Some(name) = &item.name {

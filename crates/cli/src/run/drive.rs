@@ -34,13 +34,7 @@ impl Counted for TokenBatch {
         &self.info
     }
     fn tokens(&self) -> u64 {
-        // A kept tail's padding is no token (its document id is -1).
-        let rows = self.info.indices.len() - self.info.padding;
-        let len = self.input_ids.shape().get(1).copied().unwrap_or(0);
-        let documents = self.document_ids.as_i64().unwrap_or_default();
-        documents
-            .get(..rows * len)
-            .map_or(0, |d| d.iter().filter(|&&d| d >= 0).count() as u64)
+        TokenBatch::tokens(self)
     }
 }
 

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 
 use loader_scheduler::{BatchPlan, Chunk, WorkItem};
 
-use crate::Dataset;
+use crate::{Dataset, Item};
 
 /// One rank's part of one batch, before it becomes the engine's plan.
 pub(super) struct Cut {
@@ -107,7 +107,7 @@ impl Iterator for Chunked {
                     let mut item = self
                         .dataset
                         .get(index)
-                        .map(|item| item.to_work())
+                        .map(Item::into_work)
                         .unwrap_or_default();
                     item.index = index as u64;
                     item.position = read.position;

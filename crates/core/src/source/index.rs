@@ -233,7 +233,7 @@ impl Dataset {
     /// The same dataset with `classes` as its class names (a `classes.txt` beside shards
     /// whose `.cls` are indices): refused when a sample's class is not one of them.
     pub fn with_classes(mut self, classes: Vec<String>) -> Result<Self> {
-        if let Some(item) = self.iter().find(|i| {
+        if let Some(item) = self.records().unwrap_or_default().iter().find(|i| {
             matches!(i.label, Label::Class(c) if usize::try_from(c).map_or(true, |c| c >= classes.len()))
         }) {
             return Err(SourceError::Invalid(format!(
@@ -372,6 +372,15 @@ impl Dataset {
         }
     }
 
+    /// Its samples' records, borrowed, when it keeps one per sample (`None` for token
+    /// blocks, made when asked): for whole-dataset passes that need not copy them.
+    pub(crate) fn records(&self) -> Option<&[Item]> {
+        match &self.samples {
+            Samples::Listed(items) => Some(items),
+            Samples::Tokens { .. } => None,
+        }
+    }
+
     /// Every sample, in index order.
     pub fn iter(&self) -> impl Iterator<Item = Item> + '_ {
         (0..self.len()).map_while(|i| self.get(i))
@@ -390,18 +399,19 @@ impl Item {
         loader_scheduler::span_of(self.range.as_ref(), &self.members)
     }
 
-    /// The engine's description of `item` (without its chunk, which depends on the order).
-    pub(crate) fn to_work(&self) -> loader_scheduler::WorkItem {
+    /// The engine's description of `item` (without its chunk, which depends on the order),
+    /// taking its fields: [`Dataset::get`] made the item for it.
+    pub(crate) fn into_work(self) -> loader_scheduler::WorkItem {
         loader_scheduler::WorkItem {
             index: 0,
-            key: Arc::clone(&self.key),
-            range: self.range.clone(),
-            label: self.label.clone(),
-            name: self.name.clone(),
-            members: Arc::clone(&self.members),
+            key: self.key,
+            range: self.range,
+            label: self.label,
+            name: self.name,
+            members: self.members,
             chunk: None,
             position: None,
-            record: self.record.clone(),
+            record: self.record,
         }
     }
 }

@@ -27,6 +27,19 @@ pub struct TokenBatch {
     pub info: BatchInfo,
 }
 
+impl TokenBatch {
+    /// The tokens its rows train on: padding rows (repeats of other ranks' blocks) and a
+    /// kept tail's padding (document id -1) left out.
+    pub fn tokens(&self) -> u64 {
+        let rows = self.info.indices.len().saturating_sub(self.info.padding);
+        let len = self.input_ids.shape().get(1).copied().unwrap_or(0);
+        let documents = self.document_ids.as_i64().unwrap_or_default();
+        documents
+            .get(..rows * len)
+            .map_or(0, |d| d.iter().filter(|&&d| d >= 0).count() as u64)
+    }
+}
+
 /// Rows of one length collated into a [`TokenBatch`]; rows of different lengths are refused.
 pub fn collate(rows: &[Row], info: BatchInfo) -> Result<TokenBatch, ShapeError> {
     let l = rows.first().map_or(0, |r| r.input_ids.len());
