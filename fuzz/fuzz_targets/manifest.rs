@@ -34,8 +34,9 @@ fuzz_target!(|data: &[u8]| {
         Ok(dataset) => {
             assert!(!dataset.is_empty());
             let mut keys = HashSet::new();
-            let first = std::mem::discriminant(&dataset.items()[0].label);
-            for item in dataset.items() {
+            let head = dataset.get(0).expect("a non-empty dataset has a sample 0");
+            let first = std::mem::discriminant(&head.label);
+            for item in dataset.iter() {
                 assert!(loader_core::storage::key_problem(&item.key).is_none());
                 // Packed files list one key with many ranges: a sample is (key, range).
                 let sample = (item.key.clone(), item.range.clone());
@@ -52,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
                     Label::Value(v) => assert!(v.is_finite()),
                     Label::Values(v) => {
                         assert!(!v.is_empty() && v.iter().all(|x| x.is_finite()));
-                        if let Label::Values(head) = &dataset.items()[0].label {
+                        if let Label::Values(head) = &head.label {
                             assert_eq!(v.len(), head.len());
                         }
                     }
