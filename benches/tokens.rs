@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use loader_core::tokens::{
-    Blocking, Documents, Packing, Row, TokenFile, TokenFiles, TokenType, collate,
+    Blocking, Documents, Packing, Placement, Row, TokenFile, TokenFiles, TokenType, collate,
 };
 use loader_core::{BatchInfo, DataLoader, Dataset, LoaderState, Source, StopRule, from_url};
 
@@ -32,7 +32,7 @@ fn dataset(dir: &std::path::Path, tokens: u64, seed: u64) -> Dataset {
     let file = TokenFile {
         dtype: TokenType::U16,
         documents: Documents::from_lengths(lengths).expect("documents"),
-        offset: 0,
+        placement: Placement::From(0),
         blocking: Blocking::new(L, false).expect("blocking"),
         vocab: None,
         first_document: 0,

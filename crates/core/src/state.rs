@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Dataset;
 use crate::error::StateError;
+use crate::tokens::Placement;
 use loader_sampler::{Batching, Segment, StopRule};
 use loader_scheduler::Label;
 
@@ -373,6 +374,17 @@ fn hash_label(hasher: &mut xxhash_rust::xxh3::Xxh3, label: &Label) {
     }
 }
 
+/// Hashes `words` in runs of 1,024: an update a value costs more than hashing its bytes.
+fn hash_words(hasher: &mut xxhash_rust::xxh3::Xxh3, words: &[u64]) {
+    let mut bytes = Vec::with_capacity(8 * 1024);
+    for run in words.chunks(1024) {
+        bytes.clear();
+        run.iter()
+            .for_each(|word| bytes.extend_from_slice(&word.to_le_bytes()));
+        hasher.update(&bytes);
+    }
+}
+
 /// A dataset's fingerprint: a hash of each sample's object, range and label; for token
 /// files, of each file's key, ids, documents and cut.
 pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
@@ -383,8 +395,15 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
             hasher.update(key.as_bytes());
             hasher.update(&[0]);
             hasher.update(file.dtype.name().as_bytes());
+            let placed = match &file.placement {
+                Placement::From(offset) => *offset,
+                Placement::Each(starts) => {
+                    hash_words(&mut hasher, starts);
+                    u64::MAX
+                }
+            };
             for n in [
-                file.offset,
+                placed,
                 file.blocking.row_len(),
                 u64::from(file.blocking.keep_tail()),
                 u64::from(file.blocking.is_disjoint()),
@@ -394,14 +413,7 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
             ] {
                 hasher.update(&n.to_le_bytes());
             }
-            // In runs of 1,024 ends: an update a value costs more than hashing its bytes.
-            let mut bytes = Vec::with_capacity(8 * 1024);
-            for run in file.documents.ends().chunks(1024) {
-                bytes.clear();
-                run.iter()
-                    .for_each(|end| bytes.extend_from_slice(&end.to_le_bytes()));
-                hasher.update(&bytes);
-            }
+            hash_words(&mut hasher, file.documents.ends());
         }
         return hasher.digest();
     }

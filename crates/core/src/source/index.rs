@@ -439,7 +439,7 @@ pub(super) async fn heads(
 #[cfg(test)]
 mod tests {
     use super::{Dataset, Item, ShardLayout};
-    use crate::tokens::{Blocking, Documents, TokenFile, TokenFiles, TokenType};
+    use crate::tokens::{Blocking, Documents, Placement, TokenFile, TokenFiles, TokenType};
     use std::sync::Arc;
 
     #[test]
@@ -449,7 +449,7 @@ mod tests {
         let file = |tokens: u64| TokenFile {
             dtype: TokenType::U16,
             documents: Documents::from_lengths([tokens]).unwrap(),
-            offset: 0,
+            placement: Placement::From(0),
             blocking: Blocking::new(len, false).unwrap(),
             vocab: None,
             first_document: 0,

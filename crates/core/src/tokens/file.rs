@@ -3,12 +3,23 @@
 //! into a row.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::blocks::{Block, Blocking, Documents};
 use super::ids::TokenType;
 use super::pack::{Packing, Row};
 
-/// A token file: its ids' type, its documents, where its tokens start in it and how it is
+/// Where a file's tokens lie in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// Back to back from this byte: 0 for Megatron's `.bin`, a LitData chunk's table length.
+    From(u64),
+    /// Each document's from its own byte, by document (MDS samples, whose headers and other
+    /// columns lie between them): increasing, each after the last document's tokens.
+    Each(Arc<[u64]>),
+}
+
+/// A token file: its ids' type, its documents, where its tokens lie in it and how it is
 /// cut into blocks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenFile {
@@ -16,9 +27,8 @@ pub struct TokenFile {
     pub dtype: TokenType,
     /// Its documents, in storage order.
     pub documents: Documents,
-    /// The byte where its first token starts (0 for Megatron's `.bin`; a chunk's header
-    /// length for formats that have one).
-    pub offset: u64,
+    /// Where its tokens lie.
+    pub placement: Placement,
     /// How it is cut.
     pub blocking: Blocking,
     /// Ids at or past this are refused (a wrong dtype or damage, not a token).
@@ -38,27 +48,60 @@ impl TokenFile {
         self.blocking.block(&self.documents, i)
     }
 
-    /// The bytes of the file block `i` reads: what its fetch asks for.
+    /// The byte token `t` of document `d` starts at.
+    fn byte_of(&self, d: usize, t: u64) -> u64 {
+        let size = self.dtype.size();
+        match &self.placement {
+            Placement::From(offset) => offset + t * size,
+            Placement::Each(starts) => starts[d] + (t - self.documents.start(d)) * size,
+        }
+    }
+
+    /// The bytes of the file block `i` reads: what its fetch asks for (with what lies
+    /// between its documents' tokens, when anything does).
     pub fn byte_range(&self, i: u64) -> Range<u64> {
         let tokens = self.block(i).tokens;
-        let size = self.dtype.size();
-        self.offset + tokens.start * size..self.offset + tokens.end * size
+        let last = tokens.end - 1;
+        let start = self.byte_of(self.documents.document_of(tokens.start), tokens.start);
+        start..self.byte_of(self.documents.document_of(last), last) + self.dtype.size()
     }
 
     /// The row block `i`'s fetched `bytes` make; a problem says what is wrong with them.
     pub fn row(&self, i: u64, bytes: &[u8], packing: &Packing) -> Result<Row, String> {
         let block = self.block(i);
-        let want = (block.tokens.end - block.tokens.start) * self.dtype.size();
-        if bytes.len() as u64 != want {
+        let range = self.byte_range(i);
+        if bytes.len() as u64 != range.end - range.start {
             return Err(format!(
-                "block {i} is {} bytes, not the {want} its tokens {:?} take",
+                "block {i} is {} bytes, not the {} its tokens {:?} take",
                 bytes.len(),
+                range.end - range.start,
                 block.tokens
             ));
         }
-        let ids = self.dtype.ids(bytes, self.vocab)?;
+        let ids = match &self.placement {
+            Placement::From(_) => self.dtype.ids(bytes, self.vocab)?,
+            Placement::Each(_) => self
+                .dtype
+                .ids(&self.gathered(&block, range.start, bytes), self.vocab)?,
+        };
         let first = self.first_document + block.first_document as u64;
         Ok(packing.row(&ids, &block, first as i64))
+    }
+
+    /// A block's tokens out of its fetched `bytes` (from byte `at` of the file), each
+    /// document's piece cut from between the bytes around it.
+    fn gathered(&self, block: &Block, at: u64, bytes: &[u8]) -> Vec<u8> {
+        let size = self.dtype.size();
+        let mut out = Vec::with_capacity(((block.tokens.end - block.tokens.start) * size) as usize);
+        let mut t = block.tokens.start;
+        let mut d = block.first_document;
+        while t < block.tokens.end {
+            let end = self.documents.ends()[d].min(block.tokens.end);
+            let from = (self.byte_of(d, t) - at) as usize;
+            out.extend_from_slice(&bytes[from..from + ((end - t) * size) as usize]);
+            (t, d) = (end, d + 1);
+        }
+        out
     }
 }
 
@@ -71,7 +114,7 @@ mod tests {
         let file = TokenFile {
             dtype: TokenType::U16,
             documents: Documents::from_lengths([3, 9]).unwrap(),
-            offset: 8,
+            placement: Placement::From(8),
             blocking: Blocking::new(5, true).unwrap(),
             vocab: Some(100),
             first_document: 10,
@@ -88,5 +131,27 @@ mod tests {
         let past: Vec<u8> = (95u16..101).flat_map(|t| t.to_le_bytes()).collect();
         let err = file.row(1, &past, &Packing::new()).unwrap_err();
         assert!(err.contains("outside the vocabulary of 100"), "{err}");
+    }
+
+    #[test]
+    fn a_block_of_documents_placed_apart_reads_each_ones_tokens_and_skips_between() {
+        // Documents of 3 and 4 u16 tokens at bytes 10 and 20: bytes 16..20 lie between.
+        let file = TokenFile {
+            dtype: TokenType::U16,
+            documents: Documents::from_lengths([3, 4]).unwrap(),
+            placement: Placement::Each(vec![10, 20].into()),
+            blocking: Blocking::new(4, false).unwrap(),
+            vocab: None,
+            first_document: 0,
+        };
+        // Block 0: tokens 0..5, i.e. document 0 whole and document 1's first two.
+        assert_eq!(file.byte_range(0), 10..24);
+        let mut bytes: Vec<u8> = [1u16, 2, 3].iter().flat_map(|t| t.to_le_bytes()).collect();
+        bytes.extend([0xEE; 4]);
+        bytes.extend([4u16, 5].iter().flat_map(|t| t.to_le_bytes()));
+        let row = file.row(0, &bytes, &Packing::new()).unwrap();
+        assert_eq!(row.input_ids, [1, 2, 3, 4]);
+        assert_eq!(row.labels, [2, 3, 4, 5]);
+        assert_eq!(row.position_ids, [0, 1, 2, 0]);
     }
 }

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::blocks::Blocking;
-use super::file::TokenFile;
+use super::file::{Placement, TokenFile};
 use super::ids::TokenType;
 use super::pack::{Packing, Row};
 
@@ -31,6 +31,14 @@ pub enum TokenFilesError {
         /// The file that differs.
         key: Arc<str>,
         /// How it differs.
+        problem: String,
+    },
+    /// A file whose documents are placed over one another, or with no place given.
+    #[error("{key:?}: {problem}")]
+    Placement {
+        /// The file.
+        key: Arc<str>,
+        /// What is wrong.
         problem: String,
     },
     /// More blocks than an index of this machine holds.
@@ -81,6 +89,12 @@ impl TokenFiles {
                 key: Arc::clone(key),
                 problem,
             });
+        }
+        for (key, file) in &files {
+            placement_problem(file).map_err(|problem| TokenFilesError::Placement {
+                key: Arc::clone(key),
+                problem,
+            })?;
         }
         let mut starts = Vec::with_capacity(files.len() + 1);
         let mut total = 0u64;
@@ -190,16 +204,47 @@ impl TokenFiles {
     }
 }
 
+/// What is wrong with where `file` says its documents lie: a document with no place, or
+/// one starting before the last one's tokens end (which a block's gathering would read
+/// twice, or out of order).
+fn placement_problem(file: &TokenFile) -> Result<(), String> {
+    let Placement::Each(starts) = &file.placement else {
+        return Ok(());
+    };
+    if starts.len() != file.documents.len() {
+        return Err(format!(
+            "{} documents but {} places",
+            file.documents.len(),
+            starts.len()
+        ));
+    }
+    let size = file.dtype.size();
+    let mut free = 0u64;
+    for (d, &start) in starts.iter().enumerate() {
+        let len = file.documents.ends()[d] - file.documents.start(d);
+        if start < free {
+            return Err(format!(
+                "document {d} starts at byte {start}, before the last one ends ({free})"
+            ));
+        }
+        free = len
+            .checked_mul(size)
+            .and_then(|n| n.checked_add(start))
+            .ok_or_else(|| format!("document {d} ends past 2^64 bytes"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokens::Documents;
+    use crate::tokens::{Documents, Placement};
 
     fn file(lengths: &[u64]) -> TokenFile {
         TokenFile {
             dtype: TokenType::U16,
             documents: Documents::from_lengths(lengths.iter().copied()).unwrap(),
-            offset: 0,
+            placement: Placement::From(0),
             blocking: Blocking::new(4, false).unwrap(),
             vocab: None,
             first_document: 0,
@@ -243,5 +288,19 @@ mod tests {
             TokenFiles::new(vec![("a".into(), file(&[3]))]),
             Err(TokenFilesError::Empty { len: 4 })
         ));
+        // Documents of 3 u16 tokens each at bytes 0 and 4: the second over the first.
+        let mut over = file(&[3, 3]);
+        over.placement = Placement::Each(vec![0, 4].into());
+        let err = TokenFiles::new(vec![("a".into(), over.clone())]).unwrap_err();
+        assert!(
+            err.to_string().contains("before the last one ends (6)"),
+            "{err}"
+        );
+        over.placement = Placement::Each(vec![0].into());
+        let err = TokenFiles::new(vec![("a".into(), over)]).unwrap_err();
+        assert!(
+            err.to_string().contains("2 documents but 1 places"),
+            "{err}"
+        );
     }
 }

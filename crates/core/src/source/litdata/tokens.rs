@@ -10,7 +10,7 @@ use loader_storage::Storage;
 
 use super::index::ChunkInfo;
 use crate::source::record_files::FileError;
-use crate::tokens::{Blocking, Documents, TokenFile, TokenType};
+use crate::tokens::{Blocking, Documents, Placement, TokenFile, TokenType};
 
 /// The token file `chunk` (at `key`) is: its table read by one ranged GET and checked
 /// against what `index.json` says of the chunk (its items, tokens and bytes).
@@ -42,7 +42,7 @@ pub(super) async fn token_file(
     let file = TokenFile {
         dtype,
         documents,
-        offset: table,
+        placement: Placement::From(table),
         blocking,
         vocab,
         first_document: 0,

@@ -20,7 +20,7 @@ use loader_storage::{DynStorage, ObjectMeta, Storage};
 use super::error::{Result, SourceError};
 use super::format::{About, Fit, Format, Probe};
 use super::index::Dataset;
-use crate::tokens::{Blocking, TokenFile, TokenFiles};
+use crate::tokens::{Blocking, Placement, TokenFile, TokenFiles};
 
 pub use index::{MAGIC, MegatronIndex, parse as parse_index};
 pub use write::MegatronWriter;
@@ -55,7 +55,7 @@ async fn load_with_meta(
     let file = TokenFile {
         dtype: index.dtype,
         documents: index.documents,
-        offset: 0,
+        placement: Placement::From(0),
         blocking,
         vocab,
         first_document: 0,
