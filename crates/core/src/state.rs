@@ -401,6 +401,10 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
                     hash_words(&mut hasher, starts);
                     u64::MAX
                 }
+                Placement::Encoded(encoded) => {
+                    hash_words(&mut hasher, &[encoded.span.start, encoded.span.end]);
+                    u64::MAX - 1
+                }
             };
             for n in [
                 placed,
@@ -409,7 +413,7 @@ pub(crate) fn dataset_hash(dataset: &Dataset) -> u64 {
                 u64::from(file.blocking.is_disjoint()),
                 file.vocab.unwrap_or(0),
                 file.first_document,
-                file.documents.len() as u64,
+                file.document_count(),
             ] {
                 hasher.update(&n.to_le_bytes());
             }

@@ -267,46 +267,68 @@ fn a_megatron_dataset_opened_by_its_url_is_read_once_across_ranks_as_packed_rows
 }
 
 #[derive(serde::Deserialize)]
-struct LitExpected {
+struct PeerExpected {
     documents: Vec<Vec<i64>>,
-    /// By row length: every block litdata's `TokensLoader(block_size=row + 1)` reads, in
-    /// order.
+    /// By row length: every block the peer's reader gives (LitData's
+    /// `TokensLoader(block_size=row + 1)`), or its documents cut as make.py says, in order.
     blocks: BTreeMap<String, Vec<Vec<i64>>>,
 }
 
-/// LitData chunks written by `litdata.optimize` for `TokensLoader`
-/// (fixtures/litdata-tokens/make.py, numpy uint16 and torch int32 ids), read over S3 behind
-/// the delay proxy: every block, in order, the ids litdata's own StreamingDataset read back;
-/// each row's documents runs of the documents `optimize` was given; a damaged table, a
-/// missing block size and image columns refused, naming the chunk or the setting.
-#[test]
-fn litdata_token_chunks_are_read_block_by_block_as_litdata_reads_them() {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata-tokens");
-    let expected: BTreeMap<String, LitExpected> =
+/// A fixture folder's datasets (each a folder beside its `expected.json`) in a bucket
+/// `bucket` served over S3 behind a 20 ms delay proxy: every block of every dataset is read
+/// as `expected.json` says, in order, each row's documents runs of the documents written.
+/// Gives the bucket's folder, the server and proxy (to keep them up), and the store's
+/// settings, for the refusals after.
+fn read_as_written(
+    fixtures: &Path,
+    bucket: &str,
+) -> (
+    tempfile::TempDir,
+    S3Server,
+    DelayProxy,
+    Vec<(String, String)>,
+) {
+    read_as_written_with(fixtures, bucket, &[])
+}
+
+/// [`read_as_written`], the datasets named in `settings` opened with those settings too.
+fn read_as_written_with(
+    fixtures: &Path,
+    bucket: &str,
+    settings: &[(&str, &[(&str, &str)])],
+) -> (
+    tempfile::TempDir,
+    S3Server,
+    DelayProxy,
+    Vec<(String, String)>,
+) {
+    let expected: BTreeMap<String, PeerExpected> =
         serde_json::from_slice(&std::fs::read(fixtures.join("expected.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let bucket = dir.path().join("lit");
     for name in expected.keys() {
-        std::fs::create_dir_all(bucket.join(name)).unwrap();
+        let to = dir.path().join(bucket).join(name);
+        std::fs::create_dir_all(&to).unwrap();
         for f in std::fs::read_dir(fixtures.join(name)).unwrap() {
             let f = f.unwrap();
-            std::fs::copy(f.path(), bucket.join(name).join(f.file_name())).unwrap();
+            std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
         }
     }
     let server = S3Server::start(dir.path()).unwrap();
     let proxy = DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
     let storage = server.options_for(&proxy.url());
-    let with = |settings: &[(&str, &str)]| {
-        let mut options = LoaderOptions::default();
-        for (key, value) in settings {
-            options.set(key, value).unwrap();
-        }
-        options
-    };
     for (name, want) in &expected {
         for (row, blocks) in &want.blocks {
-            let options = with(&[("source.block_size", row), ("source.vocab_size", "50000")]);
-            let url = format!("s3://lit/{name}");
+            let mut given = vec![
+                ("source.block_size", row.as_str()),
+                ("source.vocab_size", "50000"),
+            ];
+            for (dataset, more) in settings {
+                if dataset == name {
+                    given.extend_from_slice(more);
+                }
+            }
+            let options = with(&given);
+            let url = format!("s3://{bucket}/{name}");
             let (store, dataset) = open_with(&url, storage.clone(), &options).unwrap();
             assert_eq!(dataset.len(), blocks.len(), "{name} L={row}");
             let l: usize = row.parse().unwrap();
@@ -348,6 +370,28 @@ fn litdata_token_chunks_are_read_block_by_block_as_litdata_reads_them() {
             assert_eq!(read, blocks.len(), "{name} L={row}: every block");
         }
     }
+    (dir, server, proxy, storage)
+}
+
+/// Loader options with `settings` set.
+fn with(settings: &[(&str, &str)]) -> LoaderOptions {
+    let mut options = LoaderOptions::default();
+    for (key, value) in settings {
+        options.set(key, value).unwrap();
+    }
+    options
+}
+
+/// LitData chunks written by `litdata.optimize` for `TokensLoader`
+/// (fixtures/litdata-tokens/make.py, numpy uint16 and torch int32 ids), read over S3 behind
+/// the delay proxy: every block, in order, the ids litdata's own StreamingDataset read back;
+/// each row's documents runs of the documents `optimize` was given; a damaged table, a
+/// missing block size and image columns refused, naming the chunk or the setting.
+#[test]
+fn litdata_token_chunks_are_read_block_by_block_as_litdata_reads_them() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata-tokens");
+    let (dir, _server, _proxy, storage) = read_as_written(&fixtures, "lit");
+    let bucket = dir.path().join("lit");
     // Refused: no block size, an image column, a chunk whose table lies.
     let url = "s3://lit/numpy-u16";
     let err = open_with(url, storage.clone(), &LoaderOptions::default())
@@ -373,6 +417,109 @@ fn litdata_token_chunks_are_read_block_by_block_as_litdata_reads_them() {
         err.contains("chunk-0-3.bin") && err.contains("items"),
         "{err}"
     );
+}
+
+/// MDS shards written by MosaicML Streaming's own MDSWriter as llm-foundry writes token
+/// datasets (fixtures/mds-tokens/make.py: `ndarray:int32` documents of 1 to 300 ids, and
+/// `ndarray:uint16:12` rows beside an `int` column), read over S3 behind the delay proxy:
+/// every block the documents StreamingDataset reads back, run together per shard; each
+/// row's documents runs of them. Refused, naming the shard or the setting: zstd shards (not
+/// readable by range), a column that is not an integer array, a missing block size (the
+/// error says to set it), and a shard whose first sample's header lies about its shape.
+#[test]
+fn mds_token_shards_are_read_block_by_block_as_streaming_reads_them() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds-tokens");
+    let (dir, _server, _proxy, storage) = read_as_written(&fixtures, "mds");
+    for f in std::fs::read_dir(fixtures.join("zstd")).unwrap() {
+        let f = f.unwrap();
+        let to = dir.path().join("mds/zstd");
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+    }
+    let open = |url: &str, settings: &[(&str, &str)]| {
+        open_with(url, storage.clone(), &with(settings))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let eight = [("source.block_size", "8")];
+    let err = open("s3://mds/zstd", &eight);
+    assert!(
+        err.contains("shard.00000.mds.zstd") && err.contains("compression=None"),
+        "{err}"
+    );
+    let err = open(
+        "s3://mds/u16-fixed",
+        &[("source.block_size", "8"), ("source.token_column", "id")],
+    );
+    assert!(
+        err.contains("\"id\" is encoded \"int\"") && err.contains("ndarray:"),
+        "{err}"
+    );
+    let err = open("s3://mds/i32", &[]);
+    assert!(
+        err.contains("token ids") && err.contains("source.block_size"),
+        "{err}"
+    );
+    let err = open(
+        "s3://mds/i32",
+        &[
+            ("source.block_size", "8"),
+            ("source.image_column", "tokens"),
+        ],
+    );
+    assert!(err.contains("source.image_column"), "{err}");
+    // The first sample's shape header says 2-D: the layout worked out is not the file's.
+    let shard = dir.path().join("mds/i32/shard.00000.mds");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    // Its table's first offset: after the table and the columns' JSON MDSWriter writes.
+    let first = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    bytes[first + 4] = 2 << 2; // ndim 2, a uint8 shape
+    std::fs::write(&shard, bytes).unwrap();
+    let err = open("s3://mds/i32", &eight);
+    assert!(
+        err.contains("shard.00000.mds")
+            && err.contains("sample 0")
+            && err.contains("another shape"),
+        "{err}"
+    );
+}
+
+/// Parquet token datasets written by Hugging Face `datasets` (`input_ids`, int32 lists beside
+/// a `text` column, row groups of 16 rows, two files) and by pyarrow (`ids`, `list<int64>`,
+/// zstd pages with checksums) (fixtures/parquet-tokens/make.py), read over S3 behind the
+/// delay proxy: every block the documents each one's reader reads back, run together per
+/// row group; each row's documents runs of them. Refused, naming the file or setting: a
+/// column of strings, a missing block size (the error says to set it).
+#[test]
+fn parquet_token_columns_are_read_block_by_block_as_datasets_reads_them() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parquet-tokens");
+    // pyarrow's column is `ids`: named by the setting, as a user would.
+    let (dir, _server, _proxy, storage) = read_as_written_with(
+        &fixtures,
+        "parquet",
+        &[("pyarrow", &[("source.token_column", "ids")])],
+    );
+    let open = |url: &str, settings: &[(&str, &str)]| {
+        open_with(url, storage.clone(), &with(settings))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let err = open(
+        "s3://parquet/datasets",
+        &[("source.block_size", "8"), ("source.token_column", "text")],
+    );
+    assert!(
+        err.contains("list of") && err.contains("input_ids"),
+        "{err}"
+    );
+    let err = open("s3://parquet/datasets", &[]);
+    assert!(
+        err.contains("token ids") && err.contains("source.block_size"),
+        "{err}"
+    );
+    let _ = dir;
 }
 
 /// `MegatronWriter` writes what megatron-core's IndexedDatasetBuilder wrote, byte for byte:
@@ -411,13 +558,6 @@ fn named_files_mixed_cuts_and_batch_bounds() {
         }
     }
     let root = dir.path().to_string_lossy().into_owned();
-    let with = |settings: &[(&str, &str)]| {
-        let mut options = LoaderOptions::default();
-        for (key, value) in settings {
-            options.set(key, value).unwrap();
-        }
-        options
-    };
     let none = Vec::<(String, String)>::new;
     let eight = with(&[("source.block_size", "8")]);
     let url = format!("{root}/{{a.idx,b.idx,a.bin,b.bin}}");

@@ -10,13 +10,13 @@ use crate::errors;
 
 /// A dataset at a URL: an ImageFolder, WebDataset shards, Parquet files, MDS shards or
 /// LitData chunks (an `index.json` URL), a manifest's list, or token files (Megatron-LM
-/// `.idx`/`.bin` pairs, LitData `TokensLoader` chunks) read in blocks of `block_size`
-/// tokens. Listing (and indexing shards, reading Parquet footers) happens once, here; loaders
+/// `.idx`/`.bin` pairs, LitData `TokensLoader` chunks, MDS shards of token arrays, Parquet
+/// token lists) read in blocks of `block_size` tokens. Listing (and indexing shards, reading Parquet footers) happens once, here; loaders
 /// made from it share it.
 ///
 /// `Dataset(url, *, manifest=None, labels=None, storage_options=None, fields=None,
 /// image_column=None, label_column=None, member_columns=None, format=None, block_size=None,
-/// keep_tail=None, vocab_size=None, options=None)`: `url` is `s3://bucket/prefix`, `http(s)://...`,
+/// keep_tail=None, vocab_size=None, token_column=None, options=None)`: `url` is `s3://bucket/prefix`, `http(s)://...`,
 /// `file:///dir` or a path, or shards as `s3://bucket/train-{000000..000127}.tar`, or
 /// Parquet files (`s3://bucket/data/train-00000-of-00004.parquet`, a brace list of them, or
 /// a prefix holding them), or MDS shards or LitData chunks by their `.../index.json`;
@@ -32,7 +32,9 @@ use crate::errors;
 /// `to_tuple` names them (`("npy", "json")`; the first is the main one); `member_columns`
 /// Parquet columns handed as members; `format` the format by name (default: found);
 /// `block_size` the tokens a row of a token dataset trains on, `keep_tail` whether each
-/// file's last tokens make a padded row, `vocab_size` the bound its ids must be under;
+/// file's last tokens make a padded row, `vocab_size` the bound its ids must be under,
+/// `token_column` an MDS or Parquet dataset's column of ids (default `tokens` or
+/// `input_ids`);
 /// `options` any loader option by key, e.g. `{"storage.max_retries": "3"}`. `len(ds)`,
 /// `ds.classes`, `ds[i] == (key, label)`.
 #[pyclass(module = "loader_ml._native", name = "Dataset", frozen)]
@@ -50,7 +52,7 @@ impl PyDataset {
     /// `key,label` or JSON-lines key under the URL) instead of listing when given.
     /// `storage_options` are the store's settings, e.g. `aws_endpoint`, `aws_region`.
     #[new]
-    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None, image_column = None, label_column = None, member_columns = None, format = None, block_size = None, keep_tail = None, vocab_size = None, options = None))]
+    #[pyo3(signature = (url, *, manifest = None, storage_options = None, fields = None, labels = None, classes = None, image_column = None, label_column = None, member_columns = None, format = None, block_size = None, keep_tail = None, vocab_size = None, token_column = None, options = None))]
     #[allow(clippy::too_many_arguments)] // Python's keyword arguments
     fn new(
         py: Python<'_>,
@@ -67,6 +69,7 @@ impl PyDataset {
         block_size: Option<u64>,
         keep_tail: Option<bool>,
         vocab_size: Option<u64>,
+        token_column: Option<String>,
         options: Option<HashMap<String, String>>,
     ) -> PyResult<Self> {
         // The keywords are `source.*` options, typed; `options` any source.* or storage.*
@@ -87,6 +90,7 @@ impl PyDataset {
             ("block_size", block_size.is_some()),
             ("keep_tail", keep_tail.is_some()),
             ("vocab_size", vocab_size.is_some()),
+            ("token_column", token_column.is_some()),
         ];
         for (key, value) in &options {
             let key = key.trim();
@@ -124,6 +128,7 @@ impl PyDataset {
         for (slot, given) in [
             (&mut source.manifest, manifest),
             (&mut source.image_column, image_column),
+            (&mut source.token_column, token_column),
             (&mut source.format, format),
         ] {
             if given.is_some() {

@@ -238,3 +238,53 @@ def test_token_rows_through_torchs_dataloader_with_workers(corpus) -> None:
             assert batch["input_ids"][row].tolist() == block_tokens(streams, index)[:-1].tolist()
         seen += batch.indices[:len(batch.indices) - batch.padding]
     assert sorted(seen) == list(range(sum((len(s) - 1) // BLOCK for s in streams)))
+
+
+def test_parquet_input_ids_as_a_tokenized_dataset_is_written(tmp_path: Path) -> None:
+    """A tokenized dataset as users write one with pyarrow (``input_ids`` lists beside the
+    text, zstd, row groups of 25 rows), served over S3: every block once, shuffled, each
+    the ids pyarrow reads back, documents run together within a row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = numpy.random.default_rng(9)
+    documents = [rng.integers(0, 50_000, rng.integers(1, 61)).tolist() for _ in range(100)]
+    (tmp_path / "corpus").mkdir()
+    table = pa.table({"text": [f"document {i}" for i in range(100)],
+                      "input_ids": pa.array(documents, pa.list_(pa.int32()))})
+    pq.write_table(table, tmp_path / "corpus/train.parquet", row_group_size=25,
+                   compression="zstd")
+    file = pq.ParquetFile(tmp_path / "corpus/train.parquet")
+    want = []
+    for group in range(file.num_row_groups):
+        rows = file.read_row_group(group, columns=["input_ids"]).column(0).to_pylist()
+        stream = [t for row in rows for t in row]
+        want += [stream[s:s + 9] for s in range(0, len(stream) - 8, 8)]
+    server = Server(tmp_path, rtt_ms=20)
+    try:
+        run = loader_ml.DataLoader("s3://corpus", block_size=8, vocab_size=50_000,
+                                   storage_options=server.options, batch_size=8,
+                                   shuffle=True, seed=2, output="numpy")
+        seen = {}
+        for batch in run:
+            for row, index in enumerate(batch.indices[:len(batch.indices) - batch.padding]):
+                assert index not in seen
+                seen[index] = batch["input_ids"][row].tolist() + [int(batch["labels"][row][-1])]
+        assert seen == dict(enumerate(want))
+    finally:
+        server.stop()
+
+
+def test_mds_token_shards_give_the_documents_mdswriter_wrote() -> None:
+    """MDS shards MDSWriter wrote as llm-foundry does (the Rust tests' fixture,
+    ``{'tokens': 'ndarray:int32'}``): every block, cut from the documents streaming's own
+    StreamingDataset read back."""
+    fixtures = WORKSPACE / "crates/core/tests/fixtures/mds-tokens"
+    want = json.loads((fixtures / "expected.json").read_text())["i32"]["blocks"]["16"]
+    run = loader_ml.DataLoader(str(fixtures / "i32"), block_size=16, batch_size=5,
+                               shuffle=True, seed=4, output="numpy")
+    seen = {}
+    for batch in run:
+        for row, index in enumerate(batch.indices[:len(batch.indices) - batch.padding]):
+            seen[index] = batch["input_ids"][row].tolist() + [int(batch["labels"][row][-1])]
+    assert seen == dict(enumerate(want))

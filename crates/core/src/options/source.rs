@@ -57,7 +57,9 @@ options_group! {
         label_column: Column = Column::Auto,
         /// Parquet: other columns handed to the stage as each sample's members, by name.
         member_columns: Vec<String> = Vec::new(),
-        /// Token datasets (Megatron-LM): the tokens a row trains on; each block reads one more, for the shifted labels (required: no default fits every model).
+        /// MDS and Parquet token datasets: the column of the token ids, an MDS `ndarray:<integer type>` or a Parquet list of integers (none: `tokens` or `input_ids`).
+        token_column: Option<String> = None,
+        /// Token datasets (Megatron-LM, LitData `TokensLoader` chunks, MDS, Parquet): the tokens a row trains on; each block reads one more, for the shifted labels (required: no default fits every model).
         block_size: Option<u64> = None,
         /// Token datasets: keep each file's last tokens, fewer than a block, as a short row padded to `block_size` (default: dropped, as Megatron-LM and LitData do).
         keep_tail: bool = false,
@@ -125,10 +127,12 @@ impl SourceOptions {
                     .into(),
             ));
         }
-        if self.block_size.is_none() && (self.keep_tail || self.vocab_size.is_some()) {
+        if self.block_size.is_none()
+            && (self.keep_tail || self.vocab_size.is_some() || self.token_column.is_some())
+        {
             return Err(ConfigError::Option(
-                "source.keep_tail and source.vocab_size say how token blocks are read: set \
-                 source.block_size too"
+                "source.keep_tail, source.vocab_size and source.token_column say how token \
+                 blocks are read: set source.block_size too"
                     .into(),
             ));
         }

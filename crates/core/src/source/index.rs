@@ -9,7 +9,7 @@ pub use loader_scheduler::Member;
 use loader_storage::ObjectMeta;
 
 use super::error::{Result, SourceError};
-use crate::tokens::TokenFiles;
+use crate::tokens::{Placement, TokenFiles};
 
 /// The class names, one per line in index order, beside a dataset's shards (as `loader
 /// pack` writes them).
@@ -109,11 +109,12 @@ enum Samples {
     Listed(Arc<[Item]>),
     /// Blocks of token files: sample `i` is block `i`, its bytes found from the files'
     /// document lengths when asked (a corpus of 10^10 tokens would otherwise take a
-    /// record per block). Each file is a shard whose chunks are runs of `per_chunk`
-    /// blocks, chunk ids from `bases[f]` for file `f`: found by arithmetic, not a table.
+    /// record per block). Each file `f` is a shard whose chunks are runs of
+    /// `per_chunk[f]` blocks (all of them for a file read whole), chunk ids from
+    /// `bases[f]`: found by arithmetic, not a table.
     Tokens {
         files: Arc<TokenFiles>,
-        per_chunk: u64,
+        per_chunk: Arc<[u64]>,
         bases: Arc<[u32]>,
     },
 }
@@ -275,7 +276,7 @@ impl Dataset {
                 bases,
             } => {
                 let (f, block) = files.locate(index as u64)?;
-                bases.get(f)? + u32::try_from(block / per_chunk).ok()?
+                bases.get(f)? + u32::try_from(block / per_chunk.get(f)?).ok()?
             }
         };
         Some((id, self.chunk_spans.get(id as usize)?.clone()))
@@ -304,15 +305,26 @@ impl Dataset {
         let chunk_bytes = crate::tokens::CHUNK_BYTES;
         let (_, first) = &files.files()[0];
         let block_bytes = (first.blocking.row_len() + 1) * first.dtype.size();
-        let per_chunk = (chunk_bytes / block_bytes).max(1);
         let (mut shards, mut spans, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
         let mut bases = Vec::with_capacity(files.files().len());
+        let mut per_chunks = Vec::with_capacity(files.files().len());
         for (f, (key, file)) in files.files().iter().enumerate() {
             bases.push(
                 u32::try_from(spans.len())
                     .map_err(|_| SourceError::Invalid("more than 2^32 chunks".into()))?,
             );
             let (start, blocks) = (files.first_block(f), file.blocks());
+            // An encoded file is read whole, once for all its blocks: one chunk.
+            let per_chunk = match file.placement {
+                Placement::Encoded(_) => blocks.max(1),
+                _ => (chunk_bytes / block_bytes).max(1),
+            };
+            if u32::try_from(per_chunk).is_err() {
+                return Err(SourceError::Invalid(format!(
+                    "{key:?}: {blocks} blocks read whole, more than a chunk counts"
+                )));
+            }
+            per_chunks.push(per_chunk);
             let mut chunks = Vec::new();
             for b in (0..blocks).step_by(per_chunk as usize) {
                 let end = (b + per_chunk).min(blocks);
@@ -328,7 +340,7 @@ impl Dataset {
         Ok(Self {
             samples: Samples::Tokens {
                 files: Arc::new(files),
-                per_chunk,
+                per_chunk: per_chunks.into(),
                 bases: bases.into(),
             },
             shards: shards.into(),
@@ -366,8 +378,16 @@ impl Dataset {
         match &self.samples {
             Samples::Listed(items) => items.get(index).cloned(),
             Samples::Tokens { files, .. } => {
-                let (key, range) = files.range(index as u64)?;
-                Some(Item::ranged(key, range, Label::None))
+                let (key, file, block) = files.find(index as u64)?;
+                let mut item = Item::ranged(Arc::clone(key), file.byte_range(block), Label::None);
+                if let Placement::Encoded(encoded) = &file.placement {
+                    item.record = Some(loader_scheduler::RecordOf {
+                        records: Arc::clone(&encoded.records),
+                        slot: u32::try_from(block).ok()?,
+                        shared: true,
+                    });
+                }
+                Some(item)
             }
         }
     }

@@ -5,6 +5,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use loader_scheduler::Records;
+
 use super::blocks::{Block, Blocking, Documents};
 use super::ids::TokenType;
 use super::pack::{Packing, Row};
@@ -17,6 +20,71 @@ pub enum Placement {
     /// Each document's from its own byte, by document (MDS samples, whose headers and other
     /// columns lie between them): increasing, each after the last document's tokens.
     Each(Arc<[u64]>),
+    /// Encoded in one span, read whole and decoded once for all its blocks.
+    Encoded(Encoded),
+}
+
+/// A file whose ids are encoded in one span (a Parquet column chunk's compressed pages):
+/// every block reads the span, which the engine fetches and decodes once, by `records`,
+/// into one record per block ([`block_record`]). Its documents' lengths come with the
+/// decoded ids, so until then the file's `documents` is one run of all its tokens.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// The bytes holding the ids.
+    pub span: Range<u64>,
+    /// What decodes the span into the blocks' records, in block order.
+    pub records: Arc<dyn Records>,
+    /// The documents it holds.
+    pub documents: u64,
+}
+
+impl PartialEq for Encoded {
+    fn eq(&self, other: &Self) -> bool {
+        self.span == other.span
+            && Arc::ptr_eq(&self.records, &other.records)
+            && self.documents == other.documents
+    }
+}
+
+impl Eq for Encoded {}
+
+/// A decoded block as its record holds it: the block's first document (in its file), the
+/// starts of the later ones, then its ids in the file's type.
+pub fn block_record(block: &Block, ids: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(12 + 4 * block.starts.len() + ids.len());
+    out.extend_from_slice(&(block.first_document as u64).to_le_bytes());
+    out.extend_from_slice(&(block.starts.len() as u32).to_le_bytes());
+    block
+        .starts
+        .iter()
+        .for_each(|s| out.extend_from_slice(&s.to_le_bytes()));
+    out.extend_from_slice(ids);
+    Bytes::from(out)
+}
+
+/// A [`block_record`] read back: the block (its tokens counted from 0) and its ids' bytes.
+fn read_block_record(bytes: &[u8], len: usize, size: u64) -> Result<(Block, &[u8]), String> {
+    let word = |at: usize, n: usize| bytes.get(at..at + n).ok_or("a block record cut short");
+    let first = u64::from_le_bytes(word(0, 8)?.try_into().map_err(|_| "record")?);
+    let count = u32::from_le_bytes(word(8, 4)?.try_into().map_err(|_| "record")?) as usize;
+    let head = count
+        .checked_mul(4)
+        .and_then(|n| n.checked_add(12))
+        .filter(|&n| n <= bytes.len())
+        .ok_or("a block record cut short")?;
+    let starts = bytes[12..head]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let ids = &bytes[head..];
+    let tokens = ids.len() as u64 / size;
+    let block = Block {
+        tokens: 0..tokens,
+        first_document: usize::try_from(first).map_err(|e| e.to_string())?,
+        starts,
+        len,
+    };
+    Ok((block, ids))
 }
 
 /// A token file: its ids' type, its documents, where its tokens lie in it and how it is
@@ -38,6 +106,14 @@ pub struct TokenFile {
 }
 
 impl TokenFile {
+    /// How many documents it holds.
+    pub fn document_count(&self) -> u64 {
+        match &self.placement {
+            Placement::Encoded(encoded) => encoded.documents,
+            _ => self.documents.len() as u64,
+        }
+    }
+
     /// How many blocks it gives.
     pub fn blocks(&self) -> u64 {
         self.blocking.blocks(self.documents.tokens())
@@ -54,12 +130,16 @@ impl TokenFile {
         match &self.placement {
             Placement::From(offset) => offset + t * size,
             Placement::Each(starts) => starts[d] + (t - self.documents.start(d)) * size,
+            Placement::Encoded(encoded) => encoded.span.start,
         }
     }
 
     /// The bytes of the file block `i` reads: what its fetch asks for (with what lies
     /// between its documents' tokens, when anything does).
     pub fn byte_range(&self, i: u64) -> Range<u64> {
+        if let Placement::Encoded(encoded) = &self.placement {
+            return encoded.span.clone();
+        }
         let tokens = self.block(i).tokens;
         let last = tokens.end - 1;
         let start = self.byte_of(self.documents.document_of(tokens.start), tokens.start);
@@ -68,6 +148,13 @@ impl TokenFile {
 
     /// The row block `i`'s fetched `bytes` make; a problem says what is wrong with them.
     pub fn row(&self, i: u64, bytes: &[u8], packing: &Packing) -> Result<Row, String> {
+        if let Placement::Encoded(_) = &self.placement {
+            let len = self.blocking.row_len() as usize;
+            let (block, ids) = read_block_record(bytes, len, self.dtype.size())?;
+            let ids = self.dtype.ids(ids, self.vocab)?;
+            let first = self.first_document + block.first_document as u64;
+            return Ok(packing.row(&ids, &block, first as i64));
+        }
         let block = self.block(i);
         let range = self.byte_range(i);
         if bytes.len() as u64 != range.end - range.start {
@@ -79,10 +166,10 @@ impl TokenFile {
             ));
         }
         let ids = match &self.placement {
-            Placement::From(_) => self.dtype.ids(bytes, self.vocab)?,
             Placement::Each(_) => self
                 .dtype
                 .ids(&self.gathered(&block, range.start, bytes), self.vocab)?,
+            _ => self.dtype.ids(bytes, self.vocab)?,
         };
         let first = self.first_document + block.first_document as u64;
         Ok(packing.row(&ids, &block, first as i64))

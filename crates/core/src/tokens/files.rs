@@ -120,7 +120,7 @@ impl TokenFiles {
         let mut first = 0u64;
         for (_, file) in &mut files {
             file.first_document = first;
-            first += file.documents.len() as u64;
+            first += file.document_count();
         }
         Self::new(files)
     }
@@ -164,7 +164,7 @@ impl TokenFiles {
     }
 
     /// The file holding block `i` of the dataset, its key, and the block's index in it.
-    fn find(&self, i: u64) -> Option<(&Arc<str>, &TokenFile, u64)> {
+    pub(crate) fn find(&self, i: u64) -> Option<(&Arc<str>, &TokenFile, u64)> {
         let (at, block) = self.locate(i)?;
         let (key, file) = &self.files[at];
         Some((key, file, block))

@@ -37,6 +37,22 @@ impl TokenType {
         }
     }
 
+    /// The type numpy names `name` (`uint16`, `int32`, ...).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::U8,
+            Self::I8,
+            Self::I16,
+            Self::I32,
+            Self::I64,
+            Self::U16,
+            Self::U32,
+            Self::U64,
+        ]
+        .into_iter()
+        .find(|t| t.name() == name)
+    }
+
     /// Bytes a token takes.
     pub fn size(self) -> u64 {
         match self {

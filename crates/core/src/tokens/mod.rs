@@ -37,7 +37,7 @@ mod pack;
 
 pub use batch::{TokenBatch, collate};
 pub use blocks::{Block, Blocking, BlockingError, Documents, DocumentsError};
-pub use file::{Placement, TokenFile};
+pub use file::{Encoded, Placement, TokenFile, block_record};
 pub use files::{CHUNK_BYTES, TokenFiles, TokenFilesError};
 pub use ids::TokenType;
 pub use pack::{Packing, Row};

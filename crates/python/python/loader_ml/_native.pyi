@@ -40,6 +40,7 @@ class Dataset:
         block_size: int | None = None,
         keep_tail: bool | None = None,
         vocab_size: int | None = None,
+        token_column: str | None = None,
         options: dict[str, str] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...

@@ -17,7 +17,7 @@ from .options import _OPTIONS, _option_text
 from .transforms import _is_torchvision, _steps
 
 #: The keywords that cut a token dataset into blocks, as it is opened.
-TOKEN_KEYWORDS = ("block_size", "keep_tail", "vocab_size")
+TOKEN_KEYWORDS = ("block_size", "keep_tail", "vocab_size", "token_column")
 
 #: The keywords that open a dataset given by its URL (``source.*`` options and the store's).
 SOURCE_KEYWORDS = ("manifest", "storage_options", "labels", "classes", "image_column",

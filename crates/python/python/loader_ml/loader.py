@@ -158,8 +158,9 @@ class DataLoader:
             ``"webdataset"``, ``"parquet"``, ``"mds"``, ``"litdata"``, ``"megatron"``);
             default: found from the URL and what it holds, an ambiguous one refused naming
             this setting.
-        block_size: for token datasets (Megatron-LM ``.idx``/``.bin`` pairs), the tokens a
-            row trains on: each sample is a block of ``block_size + 1`` tokens of one file
+        block_size: for token datasets (Megatron-LM ``.idx``/``.bin`` pairs, LitData
+            ``TokensLoader`` chunks, MDS shards of token arrays, Parquet token lists), the
+            tokens a row trains on: each sample is a block of ``block_size + 1`` tokens of one file
             (the last shared with the next block, for the shifted labels), documents packed
             back to back, a long one going on into the next block. Batches are then
             ``TokenBatch`` dicts of ``[B, block_size]`` int64 ``input_ids``, ``labels``,
@@ -169,6 +170,10 @@ class DataLoader:
             with 0 (labels -100); default: dropped, as Megatron-LM and LitData do.
         vocab_size: refuse token ids at or past this (a wrong id type or a damaged file),
             naming the file; default: unchecked but for negative ids.
+        token_column: an MDS or Parquet token dataset's column of ids: MDS
+            ``ndarray:<integer type>`` (llm-foundry writes ``tokens`` as ``ndarray:int32``),
+            a Parquet list of integers (``datasets`` writes ``input_ids``); default:
+            ``tokens`` or ``input_ids``.
         rank, world_size: this process's share of every global batch (default: from
             torch.distributed's process group when it is initialised, else the launcher's
             variables: torchrun's, SLURM's or MPI's). Global batch ``b`` is positions ``K + b*G`` to
@@ -314,6 +319,7 @@ class DataLoader:
         block_size: int | None = None,
         keep_tail: bool = False,
         vocab_size: int | None = None,
+        token_column: str | None = None,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}

@@ -58,6 +58,7 @@ _OPTIONS = {
     "block_size": "source.block_size",
     "keep_tail": "source.keep_tail",
     "vocab_size": "source.vocab_size",
+    "token_column": "source.token_column",
 }
 
 

@@ -52,6 +52,28 @@ impl ShardInfo {
             .as_ref()
             .map_or(&self.raw_data.basename, |z| &z.basename)
     }
+
+    /// Whether its samples are zstd-compressed (in `zip_data`), not read by range.
+    pub(super) fn compressed(&self) -> bool {
+        self.zip_data.is_some()
+    }
+
+    /// Its samples, as the index counts them.
+    pub(super) fn sample_count(&self) -> u64 {
+        self.samples
+    }
+
+    /// Its raw bytes, as the index gives them.
+    pub(super) fn raw_bytes(&self) -> u64 {
+        self.raw_data.bytes
+    }
+
+    /// Whether `other` has its very columns: names, encodings and sizes.
+    pub(super) fn same_columns(&self, other: &ShardInfo) -> bool {
+        self.column_names == other.column_names
+            && self.column_sizes == other.column_sizes
+            && self.column_encodings == other.column_encodings
+    }
 }
 
 /// The shards `index.json` lists (its text `bytes`).
@@ -105,7 +127,6 @@ pub(super) fn parse_index(bytes: &[u8]) -> Result<Vec<ShardInfo>, String> {
 #[derive(Debug, Clone)]
 pub(super) struct Columns {
     names: Vec<String>,
-    encodings: Vec<String>,
     /// Each column's fixed size, `None` for variable-size ones.
     sizes: Vec<Option<u64>>,
     pub(super) image: usize,
@@ -114,13 +135,6 @@ pub(super) struct Columns {
 }
 
 impl Columns {
-    /// Whether `shard` has these columns, encoded the same.
-    pub(super) fn fits(&self, shard: &ShardInfo) -> bool {
-        shard.column_names == self.names
-            && shard.column_sizes == self.sizes
-            && shard.column_encodings == self.encodings
-    }
-
     /// The record of one sample's bytes: its image, its label, its other columns as
     /// members (their bytes as MDS encodes them: `str` as UTF-8, `int` as 8 bytes
     /// little-endian, ...).
@@ -271,7 +285,6 @@ pub(super) fn choose(
     };
     Ok(Columns {
         names: names.clone(),
-        encodings: shard.column_encodings.clone(),
         sizes: shard.column_sizes.clone(),
         image,
         label,
@@ -341,7 +354,7 @@ pub(super) async fn samples(
 
 /// The sample ranges of a shard's table (`u32` count, then `count + 1` offsets), checked
 /// against the count the index gives and the shard's size.
-fn offsets(table: &[u8], n: u64, size: u64) -> Result<Vec<Range<u64>>, String> {
+pub(super) fn offsets(table: &[u8], n: u64, size: u64) -> Result<Vec<Range<u64>>, String> {
     let word = |i: u64| -> Option<u64> {
         let at = usize::try_from(4 * i).ok()?;
         let b = table.get(at..at + 4)?;

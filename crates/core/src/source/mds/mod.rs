@@ -3,8 +3,15 @@
 //! then a sample is a ranged GET of its own bytes, its image and label cut out of it.
 //! zstd-compressed shards are whole-shard fetch units, decompressed once for all their
 //! samples. Labels are stored inside the samples, so they are read with them.
+//!
+//! Shards whose samples hold token ids (`tokens`) are a token dataset: each sample a
+//! document, read in blocks of `source.block_size` tokens.
+//!
+//! Rooms: `layout` (the index, a shard's table, a sample cut into its record), `tokens`
+//! (a token column's place in a sample, a raw shard as a token file), `write`.
 
 mod layout;
+mod tokens;
 mod write;
 
 use std::sync::Arc;
@@ -17,7 +24,9 @@ use super::format::About;
 use super::index::Dataset;
 use super::litdata::is_litdata_index;
 use super::record_files::{FileKind, IndexedFiles, RecordFile, dataset_of, open_files};
+use crate::tokens::TokenFiles;
 use layout::{Compression, Shard};
+use tokens::TokenColumn;
 
 /// The file that describes an MDS dataset, and whether a key or URL names one.
 pub use super::extensions::{INDEX, is_index as is_mds_index};
@@ -32,7 +41,14 @@ pub struct MdsShards;
 
 #[async_trait(?Send)]
 impl FileKind for MdsShards {
-    const ABOUT: About = About::new("mds", "MDS shards").reads(&["image_column", "label_column"]);
+    const ABOUT: About = About::new("mds", "MDS shards").reads(&[
+        "image_column",
+        "label_column",
+        "token_column",
+        "block_size",
+        "keep_tail",
+        "vocab_size",
+    ]);
     const NAMED: &'static str = "MDS";
 
     fn is_kind(text: &[u8]) -> bool {
@@ -52,19 +68,10 @@ impl FileKind for MdsShards {
             problem,
         };
         let shards = layout::parse_index(text).map_err(|p| problem(index, p))?;
-        let columns = shards
+        let first = shards
             .first()
-            .map(|s| {
-                layout::choose(
-                    s,
-                    mds.columns.image.as_deref(),
-                    mds.columns.label.as_deref(),
-                )
-            })
-            .transpose()
-            .map_err(|p| problem(index, p))?
             .ok_or_else(|| problem(index, "it lists no shard".into()))?;
-        if let Some(other) = shards.iter().find(|s| !columns.fits(s)) {
+        if let Some(other) = shards.iter().find(|s| !s.same_columns(first)) {
             return Err(problem(
                 index,
                 format!(
@@ -74,6 +81,46 @@ impl FileKind for MdsShards {
                 ),
             ));
         }
+        if let Some((blocking, vocab)) = mds.tokens {
+            if mds.columns.image.is_some() || mds.columns.label.is_some() {
+                return Err(problem(
+                    index,
+                    "source.block_size reads its samples as token ids: leave \
+                     source.image_column and source.label_column unset"
+                        .into(),
+                ));
+            }
+            let column = TokenColumn::choose(first, mds.columns.tokens.as_deref())
+                .map_err(|p| problem(index, p))?;
+            let (store, column, problem) = (&**store, &column, &problem);
+            let files = open_files(
+                index,
+                shards,
+                |shard| shard.file(),
+                |key, shard| async move {
+                    tokens::token_file(store, &key, &shard, column, blocking, vocab)
+                        .await
+                        .map_err(|e| e.into_source(|p| problem(&key, p)))
+                },
+            )
+            .await?;
+            let files = TokenFiles::numbered(files).map_err(|e| problem(index, e.to_string()))?;
+            return Dataset::from_tokens(files);
+        }
+        let columns = layout::choose(
+            first,
+            mds.columns.image.as_deref(),
+            mds.columns.label.as_deref(),
+        )
+        .map_err(
+            |p| match TokenColumn::choose(first, mds.columns.tokens.as_deref()) {
+                // Token ids and no images: the user has a token dataset.
+                Ok(_) if mds.columns.image.is_none() => {
+                    problem(index, super::columns::holds_tokens(&p))
+                }
+                _ => problem(index, p),
+            },
+        )?;
         let columns = Arc::new(columns);
         let (store, problem) = (&**store, &problem);
         let labelled = columns.label.is_some();

@@ -9,6 +9,9 @@
 //! label column and any member columns (`members`), and keeps what it read in the local
 //! cache directory for the next open of the same file (`cache`); images are read as samples
 //! are loaded. A row whose image is only a path is read as the object it names (`paths`).
+//!
+//! Files whose rows hold token ids (`input_ids`) are a token dataset (`tokens`): each row a
+//! document, read in blocks of `source.block_size` tokens.
 
 mod cache;
 mod columns;
@@ -16,6 +19,7 @@ mod footer;
 mod members;
 mod pages;
 mod paths;
+mod tokens;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -208,6 +212,56 @@ impl Parquet {
         block_on_own_thread(|| self.load_metas(store, metas))
     }
 
+    /// The token dataset in the files `metas` describe: each file's footer read (the
+    /// column chunks' value counts give its blocks), its row groups' token columns read
+    /// when their blocks are loaded.
+    async fn load_tokens(
+        &self,
+        store: &DynStorage,
+        metas: Vec<ObjectMeta>,
+        blocking: crate::tokens::Blocking,
+        vocab: Option<u64>,
+    ) -> Result<Dataset> {
+        if self.columns.image.is_some() || self.columns.label.is_some() || !self.members.is_empty()
+        {
+            return Err(SourceError::Invalid(
+                "source.block_size reads Parquet rows as token ids: leave source.image_column, \
+                 source.label_column and source.member_columns unset"
+                    .into(),
+            ));
+        }
+        let name = store.name();
+        let column = self.columns.tokens.as_deref();
+        let per_file: Vec<Vec<_>> = futures::stream::iter(metas)
+            .map(|meta| async move {
+                let problem = |problem: String| SourceError::Parquet {
+                    file: meta.key.clone(),
+                    store: name.to_owned(),
+                    problem,
+                };
+                let version = meta.version.as_deref();
+                let footer = footer::read_metadata(meta.size, |range| {
+                    footer::get(&**store, &meta.key, range, version)
+                })
+                .await
+                .map_err(|e| match e {
+                    FooterError::Storage(e) => SourceError::Storage(e),
+                    FooterError::Parquet(e) => problem(e.to_string()),
+                })?;
+                let chosen = tokens::choose(footer.file_metadata().schema_descr(), column)
+                    .map_err(problem)?;
+                let key: Arc<str> = Arc::from(meta.key.as_str());
+                tokens::files(&key, &Arc::new(footer), meta.size, chosen, blocking, vocab)
+                    .map_err(problem)
+            })
+            .buffered(self.concurrency)
+            .try_collect()
+            .await?;
+        let files = crate::tokens::TokenFiles::numbered(per_file.into_iter().flatten().collect())
+            .map_err(|e| SourceError::Invalid(format!("{name}: {e}")))?;
+        Dataset::from_tokens(files)
+    }
+
     async fn open_file(
         &self,
         store: &dyn Storage,
@@ -291,12 +345,23 @@ impl Parquet {
         let footer = footer::read_metadata(meta.size, |range| fetch(range, Keep::Yes))
             .await
             .map_err(|e| file.failed(e))?;
+        let schema = footer.file_metadata().schema_descr();
         let columns = columns::choose(
-            footer.file_metadata().schema_descr(),
+            schema,
             self.columns.image.as_deref(),
             self.columns.label.as_deref(),
         )
-        .map_err(problem)?;
+        .map_err(
+            |p| match tokens::choose(schema, self.columns.tokens.as_deref()) {
+                // Token ids and no images: the user has a token dataset.
+                Ok(_) if self.columns.image.is_none() => problem(format!(
+                    "its rows hold token ids ({p}): they are read in blocks of tokens; set \
+                 source.block_size to the tokens a row trains on (Python: block_size=, \
+                 loader run: --block-size)"
+                )),
+                _ => problem(p),
+            },
+        )?;
         let (units, cut) = pages::units(&footer, columns.image, meta.size).map_err(problem)?;
         let mut group_starts = Vec::with_capacity(footer.num_row_groups());
         let mut rows = 0u64;
@@ -732,6 +797,10 @@ impl Format for Parquet {
             "image_column",
             "label_column",
             "member_columns",
+            "token_column",
+            "block_size",
+            "keep_tail",
+            "vocab_size",
         ])
     }
 
@@ -759,8 +828,20 @@ impl Format for Parquet {
             files.members.clone_from(&options.member_columns);
         }
         let store = probe.store();
+        let blocking = options
+            .blocking()
+            .map_err(|e| SourceError::Invalid(e.to_string()))?;
         let Some(listed) = probe.listed().await? else {
-            return files.load(store, probe.named().unwrap_or_default()).await;
+            let named = probe.named().unwrap_or_default();
+            return match blocking {
+                Some(blocking) => {
+                    let metas = super::index::heads(store, named, files.concurrency * 4).await?;
+                    files
+                        .load_tokens(store, metas, blocking, options.vocab_size)
+                        .await
+                }
+                None => files.load(store, named).await,
+            };
         };
         let mut metas: Vec<ObjectMeta> = listed
             .iter()
@@ -787,6 +868,13 @@ impl Format for Parquet {
             ));
         }
         metas.sort();
-        files.load_metas(store, metas).await
+        match blocking {
+            Some(blocking) => {
+                files
+                    .load_tokens(store, metas, blocking, options.vocab_size)
+                    .await
+            }
+            None => files.load_metas(store, metas).await,
+        }
     }
 }
