@@ -17,7 +17,7 @@ use crate::buffer::Lender;
 use crate::error::ConfigError;
 use crate::loader::DataLoader;
 use crate::memory::BatchMemory;
-use crate::options::{LoaderOptions, ShardOrder};
+use crate::options::{LoaderOptions, PackingOptions, ShardOrder};
 use crate::plan::Planner;
 use crate::source::{Source, combine};
 use crate::stage::{Collate, Stages, pipeline_stage, sample_weight, token_stage};
@@ -441,8 +441,18 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
 
     /// Read the sources' token blocks (a token format opened with `source.block_size`) as
     /// rows packed by `packing`, batched as [`TokenBatch`]es: `[B, L]` ids, labels,
-    /// positions and document ids, and `cu_seqlens` over the batch.
+    /// positions and document ids, and `cu_seqlens` over the batch. The `packing.*`
+    /// options say it as settings (`options.packing.packing()`); a `packing` unlike what
+    /// they ask is refused.
     pub fn tokens(self, packing: Packing) -> Result<DataLoaderBuilder<Row, TokenBatch>> {
+        let asked = self.options.packing.packing();
+        if self.options.packing != PackingOptions::default() && packing != asked {
+            return Err(ConfigError::Option(format!(
+                "the packing.* options ask for {asked:?}, but tokens() was given {packing:?}: \
+                 give it options.packing.packing()"
+            ))
+            .into());
+        }
         let (_, dataset, _) = combine(&self.sources)?;
         let files = dataset.tokens().cloned().ok_or(ConfigError::NotTokens)?;
         let (stage, weigh, collate) = token_stage(files, packing);

@@ -593,4 +593,21 @@ fn named_files_mixed_cuts_and_batch_bounds() {
         .unwrap()
         .to_string();
     assert!(err.contains("cu_seqlens"), "{err}");
+    // The packing.* options and a Packing given unlike them: refused, not one of them
+    // silently unread.
+    let masked = with(&[("packing.mask_boundaries", "true")]);
+    let (store, _) = open_with(&url, none(), &eight).unwrap();
+    let err = DataLoader::builder(store.clone(), megatron.clone())
+        .options(masked.clone())
+        .tokens(Packing::new())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("packing.*"), "{err}");
+    assert!(
+        DataLoader::builder(store, megatron)
+            .options(masked.clone())
+            .tokens(masked.packing.packing())
+            .is_ok()
+    );
 }

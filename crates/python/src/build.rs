@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use loader_core::tokens::Packing;
 use loader_core::{
     BatchMemory, DataLoader, DataLoaderBuilder, DecodeOptions, Launch, LoaderOptions, Pipeline,
     SampleInfo, SampleKey, Source, collate, collate_in, sample_bytes,
@@ -160,8 +159,9 @@ impl Stages {
         backend: &str,
     ) -> PyResult<Box<dyn Control>> {
         if self.tokens {
+            let packing = builder.current_options().packing.packing();
             let builder = builder
-                .tokens(Packing::new())
+                .tokens(packing)
                 .map_err(|e| errors::raise(&e, backend))?;
             return boxed(py, builder, backend);
         }

@@ -288,3 +288,27 @@ def test_mds_token_shards_give_the_documents_mdswriter_wrote() -> None:
         for row, index in enumerate(batch.indices[:len(batch.indices) - batch.padding]):
             seen[index] = batch["input_ids"][row].tolist() + [int(batch["labels"][row][-1])]
     assert seen == dict(enumerate(want))
+
+
+def test_an_end_of_document_id_splits_rows_and_boundaries_can_be_masked(corpus) -> None:
+    """``end_of_document=``: a document also starts after each such id (positions restart,
+    ``cu_seqlens`` split, document ids numbered per row); ``mask_boundaries=True``: the last
+    token of each document predicts nothing. Both are refused for an image dataset."""
+    streams, server, _ = corpus
+    end = int(streams[0][10])  # an id that occurs in the corpus
+    run = loader(server, end_of_document=end, mask_boundaries=True)
+    for batch in run:
+        ids, labels = batch["input_ids"].tolist(), batch["labels"].tolist()
+        positions = batch["position_ids"].tolist()
+        documents = batch["document_ids"].tolist()
+        for r, index in enumerate(batch.indices):
+            stored = block_positions(streams, index)
+            for j in range(1, BLOCK):
+                opens = stored[j] == 0 or ids[r][j - 1] == end
+                assert (positions[r][j] == 0) == opens, (index, j)
+                assert documents[r][j] == documents[r][j - 1] + opens, (index, j)
+                assert (labels[r][j - 1] == -100) == opens, (index, j)
+            assert documents[r][0] == 0
+    with pytest.raises(loader_ml.ConfigError, match="block_size"):
+        loader_ml.DataLoader(str(WORKSPACE / "crates/core/tests/fixtures/mds/raw"),
+                             end_of_document=0)

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use loader_core::storage::layer::{CachePolicy, StorageMetrics};
-use loader_core::tokens::Packing;
 use loader_core::{
     DataLoader, LabelKind, Launch, LoaderOptions, LoaderState, Pipeline, ShardOrder, Source,
     StopRule, StorageExt, Trace, from_url, store_url,
@@ -166,13 +165,20 @@ pub fn main(args: Args) -> Result {
     let opened = open(&args, &options)?;
     let trace = args.trace.as_ref().map(|_| Arc::new(Trace::new()));
     let tokens = opened.sources[0].dataset.tokens().is_some();
+    if !tokens && options.packing != loader_core::PackingOptions::default() {
+        return Err(
+            "the packing.* options say how token rows are packed: give --block-size \
+                    to read the dataset as tokens, or leave them unset"
+                .into(),
+        );
+    }
     let mut builder = DataLoader::mixture(opened.sources).options(options.clone());
     if let Some(trace) = &trace {
         builder = builder.trace(Arc::clone(trace));
     }
     let metrics = &opened.metrics;
     let finished = if tokens {
-        let loader = builder.tokens(Packing::new())?.build()?;
+        let loader = builder.tokens(options.packing.packing())?.build()?;
         drive_and_save(loader, &args, &options, metrics)?
     } else {
         let loader = builder.transform(Pipeline::imagenet_eval()).build()?;

@@ -29,6 +29,7 @@ use loader_storage::{DynStorage, StorageExt};
 
 use crate::error::{ConfigError, OptionError};
 use crate::launch::Launch;
+use crate::tokens::Packing;
 
 /// The default deadline of one attempt of one request: far above any healthy GET of a
 /// sample, so only a stalled connection trips it, and then the retry policy takes over.
@@ -162,6 +163,29 @@ options_group! {
         cache: CacheOptions,
         /// How the dataset is found and read when it is opened by URL.
         source: SourceOptions,
+        /// How token blocks are made into rows.
+        packing: PackingOptions,
+    }
+}
+
+options_group! {
+    /// How token blocks are made into rows ([`Packing`]): what the data does not say.
+    pub struct PackingOptions {
+        /// Token rows: a document's last token is not trained to predict the next document's first (its label is -100).
+        mask_boundaries: bool = false,
+        /// Token rows: the id that ends a document, for documents stored run together (pre-packed rows, LitData items of several documents): a document also starts after each (none: only the format's boundaries).
+        end_of_document: Option<i64> = None,
+    }
+}
+
+impl PackingOptions {
+    /// The packing these options ask for: [`Packing::new`]'s padding and ignore index.
+    pub fn packing(&self) -> Packing {
+        Packing {
+            mask_boundaries: self.mask_boundaries,
+            end_of_document: self.end_of_document,
+            ..Packing::new()
+        }
     }
 }
 

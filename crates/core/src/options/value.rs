@@ -47,7 +47,7 @@ macro_rules! integer_value {
         }
     )*};
 }
-integer_value!(usize, u64, u32);
+integer_value!(usize, u64, u32, i64);
 
 impl<T: OptionValue> OptionValue for Option<T> {
     fn parse(text: &str) -> Result<Self, String> {

@@ -14,6 +14,11 @@ pub struct Packing {
     pub ignore_index: i64,
     /// Do not train a document's last token to predict the next document's first.
     pub mask_boundaries: bool,
+    /// The id that ends a document, for corpora whose documents are stored run together
+    /// (pre-packed rows, LitData items of several documents): a document also starts after
+    /// each one, and document ids then number each row's documents from 0 (a document's
+    /// place in its source is not known without reading the source from its start).
+    pub end_of_document: Option<i64>,
 }
 
 impl Packing {
@@ -24,6 +29,7 @@ impl Packing {
             pad_id: 0,
             ignore_index: -100,
             mask_boundaries: false,
+            end_of_document: None,
         }
     }
 }
@@ -54,11 +60,25 @@ pub struct Row {
 
 impl Packing {
     /// The row `tokens` make: the block's tokens, `len + 1` of them (fewer for a tail), with
-    /// its documents as `block` says. `first_document` numbers the block's first document
-    /// in the source.
+    /// its documents as `block` says (and as [`Packing::end_of_document`] splits them).
+    /// `first_document` numbers the block's first document in the source.
     pub fn row(&self, tokens: &[i64], block: &Block, first_document: i64) -> Row {
         let l = block.len;
         let real = tokens.len().saturating_sub(1).min(l);
+        let mut starts: Vec<usize> = block.starts.iter().map(|&s| s as usize).collect();
+        let first_document = match self.end_of_document {
+            None => first_document,
+            Some(end) => {
+                let ends = tokens[..real]
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &t)| t == end);
+                starts.extend(ends.map(|(j, _)| j + 1));
+                starts.sort_unstable();
+                starts.dedup();
+                0
+            }
+        };
         let mut row = Row {
             input_ids: Vec::with_capacity(l),
             labels: Vec::with_capacity(l),
@@ -67,7 +87,7 @@ impl Packing {
             cu_seqlens: Vec::with_capacity(block.starts.len() + 3),
         };
         row.cu_seqlens.push(0);
-        let mut starts = block.starts.iter().map(|&s| s as usize).peekable();
+        let mut starts = starts.into_iter().peekable();
         let (mut document, mut segment_start) = (first_document, 0usize);
         for j in 0..real {
             if starts.peek() == Some(&j) {
@@ -141,6 +161,30 @@ mod tests {
         };
         let r = rows(&[3, 9], 5, masked);
         assert_eq!(r[0].labels, [101, 102, -100, 104, 105]);
+    }
+
+    #[test]
+    fn an_end_of_document_id_splits_documents_stored_run_together() {
+        // One stored document of 12 tokens, 100..112; 102 and 106 end documents.
+        let split = Packing {
+            end_of_document: Some(102),
+            mask_boundaries: true,
+            ..Packing::new()
+        };
+        let r = rows(&[12], 5, split);
+        // Row 0 reads 100..106: 102 ends a document, 105 (its label) is the next's.
+        assert_eq!(r[0].position_ids, [0, 1, 2, 0, 1]);
+        assert_eq!(r[0].document_ids, [0, 0, 0, 1, 1]);
+        assert_eq!(r[0].cu_seqlens, [0, 3, 5]);
+        assert_eq!(r[0].labels, [101, 102, -100, 104, 105]);
+        // A stored boundary and an end id at the same place make one start.
+        let both = Packing {
+            end_of_document: Some(102),
+            ..Packing::new()
+        };
+        let r = rows(&[3, 9], 5, both);
+        assert_eq!(r[0].cu_seqlens, [0, 3, 5]);
+        assert_eq!(r[0].document_ids, [0, 0, 0, 1, 1]);
     }
 
     #[test]

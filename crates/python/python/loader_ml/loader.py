@@ -174,6 +174,13 @@ class DataLoader:
             ``ndarray:<integer type>`` (llm-foundry writes ``tokens`` as ``ndarray:int32``),
             a Parquet list of integers (``datasets`` writes ``input_ids``); default:
             ``tokens`` or ``input_ids``.
+        mask_boundaries: in token rows, a document's last token is not trained to predict
+            the next document's first: its label is -100.
+        end_of_document: the id that ends a document, for corpora whose documents are
+            stored run together (pre-packed rows, ``group_texts`` blocks, LitData items of
+            several documents): a document also starts after each, for ``position_ids``,
+            ``cu_seqlens`` and ``mask_boundaries``; ``document_ids`` then number each row's
+            documents from 0. Default: only the format's own boundaries.
         rank, world_size: this process's share of every global batch (default: from
             torch.distributed's process group when it is initialised, else the launcher's
             variables: torchrun's, SLURM's or MPI's). Global batch ``b`` is positions ``K + b*G`` to
@@ -320,6 +327,8 @@ class DataLoader:
         keep_tail: bool = False,
         vocab_size: int | None = None,
         token_column: str | None = None,
+        mask_boundaries: bool = False,
+        end_of_document: int | None = None,
     ) -> None:
         # What a pickle of this loader rebuilds it from (spawned workers and ranks).
         self._settings = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -340,6 +349,10 @@ class DataLoader:
         self._field_plan = planned
         #: Whether batches are packed token rows (``TokenBatch``), not images.
         self._tokens = any(d.block_size is not None for d in datasets)
+        if not self._tokens and (mask_boundaries or end_of_document is not None):
+            raise ConfigError("mask_boundaries and end_of_document say how token rows are "
+                              "packed: give block_size= to read the dataset as tokens, or "
+                              "leave them unset")
         name, steps, function = arguments.transform_parts(transform)
         #: The steps that run in Python after the native ones (None: all native).
         self.python_tail = function if isinstance(function, PythonTail) else None

@@ -59,6 +59,8 @@ _OPTIONS = {
     "keep_tail": "source.keep_tail",
     "vocab_size": "source.vocab_size",
     "token_column": "source.token_column",
+    "mask_boundaries": "packing.mask_boundaries",
+    "end_of_document": "packing.end_of_document",
 }
 
 
