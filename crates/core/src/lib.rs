@@ -86,7 +86,7 @@ pub use loader::DataLoader;
 pub use memory::{BatchMemory, LentBlock, MemoryError};
 pub use options::{
     CacheOptions, Column, DEFAULT_REQUEST_TIMEOUT, EngineOptions, LoaderOptions, MixtureOptions,
-    OptionKey, OptionValue, PackingOptions, ShardOrder, SourceOptions, StorageOptions,
+    OptionKey, OptionValue, PackingOptions, ShardOrder, SourceOptions, StorageOptions, WeighBy,
 };
 pub use source::{
     CLASSES_FILE, Dataset, IMAGE_EXTENSIONS, Item, LabelKind, ManifestSyntax, Member, PACK_FILE,

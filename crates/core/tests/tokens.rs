@@ -611,3 +611,63 @@ fn named_files_mixed_cuts_and_batch_bounds() {
             .is_ok()
     );
 }
+
+/// `mixture.weigh_by=documents`: two token datasets weighted 1:1, one of 4-token documents
+/// and one of 40-token ones, read as many documents of each over an epoch (the short one's
+/// blocks weighed up by its documents per block), where `samples` reads as many blocks.
+#[test]
+fn a_mixture_weighed_by_documents_reads_each_sources_documents_by_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, documents, len) in [("a", 200, 4), ("b", 100, 40)] {
+        let prefix = dir.path().join(name);
+        let mut writer = megatron::MegatronWriter::create(&prefix, TokenType::U16).unwrap();
+        for d in 0..documents {
+            writer.add_document(&vec![d % 100; len]).unwrap();
+        }
+        writer.finish().unwrap();
+    }
+    let root = dir.path().to_string_lossy().into_owned();
+    let read = |weigh_by: &str| {
+        let eight = with(&[("source.block_size", "8")]);
+        let open = |name: &str| {
+            let (store, dataset) = open_with(
+                &format!("{root}/{name}.idx"),
+                Vec::<(String, String)>::new(),
+                &eight,
+            )
+            .unwrap();
+            Source::new(store, dataset)
+        };
+        let (a, b) = (open("a"), open("b"));
+        let blocks = [a.dataset.len() as f64, b.dataset.len() as f64];
+        let mut options = with(&[("mixture.weigh_by", weigh_by)]);
+        options.batch_size = 10;
+        let loader = DataLoader::mixture(vec![a, b])
+            .options(options)
+            .tokens(Packing::new())
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut read = [0f64; 2];
+        for batch in loader {
+            for key in batch.unwrap().info.keys {
+                read[usize::from(key.ends_with("b.bin"))] += 1.0;
+            }
+        }
+        // Documents read: blocks read over blocks per document.
+        (
+            read,
+            [read[0] * 200.0 / blocks[0], read[1] * 100.0 / blocks[1]],
+        )
+    };
+    let (blocks, documents) = read("documents");
+    assert!(
+        (documents[0] / documents[1] - 1.0).abs() < 0.05,
+        "blocks {blocks:?}, documents {documents:?}"
+    );
+    let (blocks, _) = read("samples");
+    assert!(
+        (blocks[0] / blocks[1] - 1.0).abs() < 0.05,
+        "blocks {blocks:?}"
+    );
+}

@@ -198,7 +198,20 @@ options_group! {
         batching: Batching = Batching::Mixed,
         /// Resume a state saved under other weights or sources by starting a new segment at its position.
         new_segment: bool = false,
+        /// What a weight shares out: `samples` (token datasets: blocks, so tokens) or `documents` (token datasets: each source's share of documents read).
+        weigh_by: WeighBy = WeighBy::Samples,
     }
+}
+
+/// What a mixture's weights share out among its sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeighBy {
+    /// Samples: for token datasets, blocks of one length, so tokens.
+    #[default]
+    Samples,
+    /// Documents, for token datasets: a source's weight is divided by the blocks a document
+    /// of it makes on average, so the documents read follow the weights.
+    Documents,
 }
 
 options_group! {

@@ -9,7 +9,7 @@ use loader_sampler::{Batching, StopRule};
 use loader_scheduler::{Fetch, Hedge, Order};
 use loader_storage::layer::CachePolicy;
 
-use super::ShardOrder;
+use super::{ShardOrder, WeighBy};
 use crate::source::LabelKind;
 
 /// A value an option holds: read from the text a front end passes, and written back.
@@ -160,6 +160,24 @@ impl OptionValue for Batching {
         match self {
             Batching::Mixed => "mixed",
             Batching::PerStream => "per_stream",
+        }
+        .into()
+    }
+}
+
+/// `samples` or `documents`.
+impl OptionValue for WeighBy {
+    fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "samples" => Ok(WeighBy::Samples),
+            "documents" => Ok(WeighBy::Documents),
+            _ => Err(format!("{text:?}: samples or documents")),
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            WeighBy::Samples => "samples",
+            WeighBy::Documents => "documents",
         }
         .into()
     }

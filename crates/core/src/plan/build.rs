@@ -123,10 +123,9 @@ impl Planner {
             }
             .into());
         }
-        let weights =
-            Interleave::from_weights(&sources.iter().map(|s| s.weight).collect::<Vec<_>>())?
-                .weights()
-                .to_vec();
+        let weights = Interleave::from_weights(&weights(sources, options.mixture.weigh_by)?)?
+            .weights()
+            .to_vec();
         let total_weight: u64 = weights.iter().sum();
         let mut orders = Vec::with_capacity(sources.len());
         let mut plan_sources = Vec::with_capacity(sources.len());
@@ -368,4 +367,28 @@ pub(super) fn max_chunk_samples(data: &Dataset) -> usize {
         .flat_map(|s| s.chunks.iter().map(|c| c.len()))
         .max()
         .unwrap_or(1)
+}
+
+/// The sources' weights as `weigh_by` reads them: as given, or (documents) each divided by
+/// the blocks a document of its source makes on average.
+fn weights(sources: &[Source], weigh_by: WeighBy) -> Result<Vec<f64>> {
+    sources
+        .iter()
+        .enumerate()
+        .map(|(index, s)| match weigh_by {
+            WeighBy::Samples => Ok(s.weight),
+            WeighBy::Documents => {
+                let files = s
+                    .dataset
+                    .tokens()
+                    .ok_or_else(|| ConfigError::MixtureTokens {
+                        index,
+                        problem: "holds no token documents to weigh (mixture.weigh_by=documents)"
+                            .into(),
+                    })?;
+                let documents: u64 = files.files().iter().map(|(_, f)| f.document_count()).sum();
+                Ok(s.weight * s.dataset.len() as f64 / documents.max(1) as f64)
+            }
+        })
+        .collect()
 }

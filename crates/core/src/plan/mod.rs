@@ -19,7 +19,7 @@ use loader_scheduler::BatchPlan;
 use loader_storage::layer::Cache;
 
 use crate::error::{ConfigError, StateError};
-use crate::options::{LoaderOptions, MixtureOptions, ShardOrder};
+use crate::options::{LoaderOptions, MixtureOptions, ShardOrder, WeighBy};
 use crate::source::Source;
 use crate::state::{
     Arrangement, CustomStamp, Fit, LoaderState, MixtureStamp, ORDER_VERSION, OrderStamp,

@@ -96,6 +96,9 @@ class DataLoader:
             (each global batch from one dataset, the batches interleaved by weight; a batch
             in which a dataset runs out under ``all_exhausted_without_replacement`` goes on
             with the next; a resume with another global batch size starts a new segment).
+        weigh_by: what ``weights`` share out: ``"samples"`` (the default; for token
+            datasets, blocks, so tokens) or ``"documents"`` (token datasets: the documents
+            read from each dataset follow the weights).
         new_segment: resume a ``state_dict`` saved under other weights or datasets by
             starting a new segment at its position: each dataset in both continues where it
             stood (nothing lost or repeated), a new one starts at its first sample. Without
@@ -281,6 +284,7 @@ class DataLoader:
         stop: str | int = "first_exhausted",
         batching: Literal["mixed", "per_stream"] = "mixed",
         new_segment: bool = False,
+        weigh_by: str | None = None,
         lanes: int | None = None,
         seed: int = 0,
         drop_last: bool = False,

@@ -28,6 +28,7 @@ _OPTIONS = {
     "stop": "mixture.stop",
     "batching": "mixture.batching",
     "new_segment": "mixture.new_segment",
+    "weigh_by": "mixture.weigh_by",
     "max_in_flight": "engine.fetch",
     "num_workers": "engine.decode_threads",
     "prefetch_factor": "engine.prefetch",
