@@ -104,10 +104,15 @@ impl TokenColumn {
                 names[k]
             ));
         }
-        let fixed_bytes =
-            |range: Range<usize>| -> u64 { sizes[range].iter().map(|s| s.unwrap_or(0)).sum() };
-        let before = 4 * variable + fixed_bytes(0..k);
-        let others = before + fixed_bytes(k + 1..sizes.len());
+        // Sizes are the index's claims: summed without overflow, a sample too short for
+        // them is refused when it is measured.
+        let fixed_bytes = |range: Range<usize>| -> u64 {
+            sizes[range]
+                .iter()
+                .fold(0u64, |sum, s| sum.saturating_add(s.unwrap_or(0)))
+        };
+        let before = (4 * variable).saturating_add(fixed_bytes(0..k));
+        let others = before.saturating_add(fixed_bytes(k + 1..sizes.len()));
         Ok(Self {
             name: names[k].clone(),
             dtype,
@@ -192,8 +197,11 @@ pub(super) async fn token_file(
     }
     // The first sample's size words and header too, when they lie close behind the table
     // (MDSWriter writes its columns' JSON between them).
-    let wanted = column.before + 9;
-    let head = (table + HEADROOM + wanted).min(size);
+    let wanted = column.before.saturating_add(9);
+    let head = table
+        .saturating_add(HEADROOM)
+        .saturating_add(wanted)
+        .min(size);
     let bytes = store
         .get_range(key, 0..head)
         .await
@@ -206,7 +214,7 @@ pub(super) async fn token_file(
             .document(sample)
             .map_err(|p| FileError::Invalid(format!("sample {i}: {p}")))?;
         if i == 0 {
-            let end = (sample.start + wanted).min(sample.end);
+            let end = sample.start.saturating_add(wanted).min(sample.end);
             let first = match bytes.get(sample.start as usize..end as usize) {
                 Some(first) => first.to_vec(),
                 None => store
@@ -243,7 +251,7 @@ const HEADROOM: u64 = 2048;
 fn first_headers(bytes: &[u8], column: &TokenColumn, ids: u64, header: u64) -> Result<(), String> {
     let word = |from: u64, width: u64| -> Option<u64> {
         let from = usize::try_from(from).ok()?;
-        let b = bytes.get(from..from + width as usize)?;
+        let b = bytes.get(from..from.checked_add(width as usize)?)?;
         let mut out = [0u8; 8];
         out[..b.len()].copy_from_slice(b);
         Some(u64::from_le_bytes(out))
@@ -256,7 +264,8 @@ fn first_headers(bytes: &[u8], column: &TokenColumn, ids: u64, header: u64) -> R
     let column_bytes = header + ids * column.dtype.size();
     let width = header - 1;
     let code = word(column.before, 1).ok_or("the shard ends inside its headers")?;
-    let length = word(column.before + 1, width).ok_or("the shard ends inside its headers")?;
+    let length =
+        word(column.before.saturating_add(1), width).ok_or("the shard ends inside its headers")?;
     let shape_code = width.trailing_zeros() as u64;
     if column.variable != 1
         || said != column_bytes
@@ -289,5 +298,14 @@ mod tests {
         // No width whose count fits it: not a 1-D array of these ids.
         assert_eq!(header_of(15, 4), None);
         assert_eq!(header_of(2, 4), None);
+        // Every size: what is found accounts for every byte, in the width MDSWriter picks.
+        for size in [1, 2, 4, 8] {
+            for c in (0..70_000).chain(u64::MAX - 70..=u64::MAX) {
+                if let Some((header, n)) = header_of(c, size) {
+                    assert_eq!(header + n * size, c, "c={c} size={size}");
+                    assert_eq!(shape_width(n), header - 1);
+                }
+            }
+        }
     }
 }
