@@ -1,28 +1,43 @@
-//! `loader tokenize`: a text corpus (JSON lines, one document a line) tokenized once, on
-//! every core, by Hugging Face's `tokenizers` (a `tokenizer.json`), into a Megatron-LM
-//! indexed dataset (`PREFIX.bin` + `PREFIX.idx`) that the loader, Megatron-LM and anything
-//! reading its layout read in place. The ids are the Python `tokenizers` package's for the
-//! same file and text (the test compares them).
+//! `loader tokenize`: a text corpus (JSON lines, one document a line, on local disk or in
+//! a store) tokenized once, on every core, by Hugging Face's `tokenizers` (a
+//! `tokenizer.json`, by path or URL), into a Megatron-LM indexed dataset (`PREFIX.bin` +
+//! `PREFIX.idx`) that the loader, Megatron-LM and anything reading its layout read in
+//! place. The ids are the Python `tokenizers` package's for the same file and text (the
+//! test compares them).
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use loader_core::source::megatron::MegatronWriter;
+use loader_core::storage::{DynStorage, Storage};
 use loader_core::tokens::TokenType;
+use loader_core::{LoaderOptions, from_url};
 use tokenizers::Tokenizer;
 
 use crate::Result;
+use crate::options::parse_store_options;
+
+/// What a store's object is read in: a window of its bytes at a time.
+const WINDOW: u64 = 8 << 20;
+/// The longest line read, and the largest tokenizer file: a larger one is refused, not
+/// held.
+const LONGEST: usize = 256 << 20;
 
 /// Arguments of `loader tokenize`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// JSON-lines files, one document a line (blank lines are no documents).
+    /// JSON-lines files, one document a line (blank lines are no documents): paths, or
+    /// objects' URLs (`s3://bucket/corpus.jsonl`, `https://...`).
     #[arg(required = true)]
-    inputs: Vec<PathBuf>,
-    /// The tokenizer: a Hugging Face `tokenizer.json` (its special tokens added as it says).
+    inputs: Vec<String>,
+    /// The tokenizer: a Hugging Face `tokenizer.json` (its special tokens added as it says),
+    /// by path or URL.
     #[arg(long, value_name = "FILE")]
-    tokenizer: PathBuf,
+    tokenizer: String,
+    /// A store's setting, as `loader run` takes it (e.g. `aws_endpoint=...`).
+    #[arg(long = "option", value_name = "KEY=VALUE")]
+    options: Vec<String>,
     /// Where the dataset goes: PREFIX.bin and PREFIX.idx.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
@@ -48,19 +63,9 @@ pub fn main(args: Args) -> Result {
     if args.batch == 0 {
         return Err("--batch 0: give the documents tokenized at once, 1 or more".into());
     }
-    if let Some(url) = args
-        .inputs
-        .iter()
-        .find(|p| p.to_string_lossy().contains("://"))
-    {
-        return Err(format!(
-            "{}: loader tokenize reads local files; copy the corpus to local disk first",
-            url.display()
-        )
-        .into());
-    }
-    let tokenizer = Tokenizer::from_file(&args.tokenizer)
-        .map_err(|e| format!("tokenizer {}: {e}", args.tokenizer.display()))?;
+    let stores = Stores::new(parse_store_options(&args.options)?)?;
+    let tokenizer = Tokenizer::from_bytes(stores.whole(&args.tokenizer)?)
+        .map_err(|e| format!("tokenizer {}: {e}", args.tokenizer))?;
     let vocab = tokenizer.get_vocab_size(true);
     // uint16 while every id fits (as Megatron-LM chooses): the highest id decides, an
     // added token's id may lie past the vocabulary's size.
@@ -74,7 +79,7 @@ pub fn main(args: Args) -> Result {
         Some(token) => Some(tokenizer.token_to_id(token).ok_or_else(|| {
             format!(
                 "--append-eos {token:?}: no such token in {}",
-                args.tokenizer.display()
+                args.tokenizer
             )
         })?),
         None => None,
@@ -99,11 +104,12 @@ pub fn main(args: Args) -> Result {
         Ok(())
     };
     for input in &args.inputs {
-        let file = std::fs::File::open(input)
-            .map_err(|e| format!("cannot read {}: {e}", input.display()))?;
-        for (n, line) in BufReader::new(file).lines().enumerate() {
-            let at = format!("{} line {}", input.display(), n + 1);
-            let line = line.map_err(|e| format!("{at}: {e}"))?;
+        let mut lines = stores.lines(input)?;
+        let mut n = 0usize;
+        while let Some(line) = lines.next_line()? {
+            n += 1;
+            let at = format!("{input} line {n}");
+            let line = String::from_utf8(line).map_err(|e| format!("{at}: not UTF-8: {e}"))?;
             if line.trim().is_empty() {
                 continue;
             }
@@ -139,4 +145,136 @@ pub fn main(args: Args) -> Result {
         args.out.display()
     );
     Ok(())
+}
+
+/// Where inputs are read from: local disk, or the stores their URLs name, through the
+/// loader's default timeouts and retries.
+struct Stores {
+    runtime: tokio::runtime::Runtime,
+    options: Vec<(String, String)>,
+}
+
+impl Stores {
+    fn new(options: Vec<(String, String)>) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Self { runtime, options })
+    }
+
+    /// The store holding `url`'s object, and the object's key.
+    fn open(&self, url: &str) -> Result<(DynStorage, String)> {
+        let (root, key) = url
+            .rsplit_once('/')
+            .filter(|(root, key)| !key.is_empty() && root.contains("://") && !root.ends_with('/'))
+            .ok_or_else(|| format!("{url}: give an object's URL, e.g. s3://bucket/corpus.jsonl"))?;
+        let store = from_url(root, self.options.clone())?;
+        Ok((
+            LoaderOptions::default().request_stack(store),
+            key.to_owned(),
+        ))
+    }
+
+    /// All of `input` (a path or URL), refused past [`LONGEST`] bytes.
+    fn whole(&self, input: &str) -> Result<Vec<u8>> {
+        if !input.contains("://") {
+            let mut bytes = Vec::new();
+            std::fs::File::open(input)
+                .and_then(|f| f.take(LONGEST as u64 + 1).read_to_end(&mut bytes))
+                .map_err(|e| format!("cannot read {input}: {e}"))?;
+            return if bytes.len() > LONGEST {
+                Err(format!("{input} is larger than {} MiB", LONGEST >> 20).into())
+            } else {
+                Ok(bytes)
+            };
+        }
+        let (store, key) = self.open(input)?;
+        self.runtime.block_on(async {
+            let size = store.head(&key).await?.size;
+            if size > LONGEST as u64 {
+                return Err(format!("{input} is larger than {} MiB", LONGEST >> 20).into());
+            }
+            Ok(store.get_range(&key, 0..size).await?.to_vec())
+        })
+    }
+
+    /// `input`'s lines, a window at a time.
+    fn lines(&self, input: &str) -> Result<Lines<'_>> {
+        if !input.contains("://") {
+            let file =
+                std::fs::File::open(input).map_err(|e| format!("cannot read {input}: {e}"))?;
+            return Ok(Lines::Local(BufReader::new(file)));
+        }
+        let (store, key) = self.open(input)?;
+        let size = self.runtime.block_on(store.head(&key))?.size;
+        Ok(Lines::Stored {
+            stores: self,
+            store,
+            key,
+            size,
+            at: 0,
+            held: Vec::new(),
+        })
+    }
+}
+
+/// A corpus file's lines, without their ends.
+enum Lines<'a> {
+    Local(BufReader<std::fs::File>),
+    Stored {
+        stores: &'a Stores,
+        store: DynStorage,
+        key: String,
+        size: u64,
+        /// The next byte to read.
+        at: u64,
+        /// Bytes read and not yet given out as lines.
+        held: Vec<u8>,
+    },
+}
+
+impl Lines<'_> {
+    /// The next line, `None` at the end; one longer than [`LONGEST`] is refused.
+    fn next_line(&mut self) -> Result<Option<Vec<u8>>> {
+        match self {
+            Lines::Local(reader) => {
+                let mut line = Vec::new();
+                let read = reader
+                    .by_ref()
+                    .take(LONGEST as u64 + 1)
+                    .read_until(b'\n', &mut line)?;
+                if line.len() > LONGEST {
+                    return Err(format!("a line longer than {} MiB", LONGEST >> 20).into());
+                }
+                if line.last() == Some(&b'\n') {
+                    line.pop();
+                }
+                Ok((read > 0).then_some(line))
+            }
+            Lines::Stored {
+                stores,
+                store,
+                key,
+                size,
+                at,
+                held,
+            } => loop {
+                if let Some(end) = held.iter().position(|&b| b == b'\n') {
+                    let line = held[..end].to_vec();
+                    held.drain(..=end);
+                    return Ok(Some(line));
+                }
+                if *at >= *size {
+                    return Ok((!held.is_empty()).then(|| std::mem::take(held)));
+                }
+                if held.len() > LONGEST {
+                    return Err(format!("{key}: a line longer than {} MiB", LONGEST >> 20).into());
+                }
+                let end = (*at + WINDOW).min(*size);
+                let bytes = stores.runtime.block_on(store.get_range(key, *at..end))?;
+                held.extend_from_slice(&bytes);
+                *at = end;
+            },
+        }
+    }
 }

@@ -403,10 +403,40 @@ fn tokenize_writes_the_ids_the_tokenizers_package_gives() {
             "{needle}: {stderr}"
         );
     }
-    // Settings it cannot honour: no batch, a corpus in a store.
+    // The corpus and tokenizer read from S3, behind a delay proxy: the very same files.
+    let root = out.path().join("s3");
+    std::fs::create_dir_all(root.join("bucket")).unwrap();
+    std::fs::copy(&corpus, root.join("bucket/corpus.jsonl")).unwrap();
+    std::fs::copy(&tokenizer, root.join("bucket/tokenizer.json")).unwrap();
+    let server = loader_testkit::S3Server::start(&root).unwrap();
+    let proxy =
+        loader_testkit::DelayProxy::start(server.addr(), Duration::from_millis(20)).unwrap();
+    let mut command = loader();
+    command.args([
+        "tokenize",
+        "s3://bucket/corpus.jsonl",
+        "--tokenizer",
+        "s3://bucket/tokenizer.json",
+        "--append-eos",
+        "<|endoftext|>",
+        "--out",
+    ]);
+    command.arg(out.path().join("stored"));
+    for (k, v) in server.options_for(&proxy.url()) {
+        command.args(["--option", &format!("{k}={v}")]);
+    }
+    ok(&mut command);
+    for ext in ["idx", "bin"] {
+        assert_eq!(
+            std::fs::read(out.path().join(format!("stored.{ext}"))).unwrap(),
+            std::fs::read(out.path().join(format!("corpus.{ext}"))).unwrap(),
+            "{ext}"
+        );
+    }
+    // Settings it cannot honour: no batch, a store's URL that names no object.
     for (input, batch, needle) in [
         (corpus.to_string_lossy().into_owned(), "0", "--batch 0"),
-        ("s3://bucket/corpus.jsonl".to_owned(), "8", "local files"),
+        ("s3://bucket/".to_owned(), "8", "an object's URL"),
     ] {
         let result = loader()
             .args(["tokenize", &input, "--batch", batch, "--tokenizer"])
