@@ -21,7 +21,7 @@ use crate::options::{LoaderOptions, PackingOptions, ShardOrder};
 use crate::plan::Planner;
 use crate::source::{Source, combine};
 use crate::stage::{Collate, Stages, pipeline_stage, sample_weight, token_stage};
-use crate::tokens::{Packing, Row, TokenBatch};
+use crate::tokens::{Packing, Placement, Row, TokenBatch};
 use crate::{Dataset, Error, Result};
 
 /// Settings of a [`DataLoader`]; see [`DataLoader::builder`].
@@ -363,7 +363,48 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
         config.trace = self.trace;
         config.runtime = self.runtime;
         let (storage, dataset, offsets) = combine(&self.sources)?;
+        match (dataset.tokens(), options.packing.end_of_document) {
+            (None, _) if options.packing != PackingOptions::default() => {
+                return Err(ConfigError::Option(
+                    "the packing.* options say how token rows are packed, but the dataset \
+                     holds other samples: open it with source.block_size, or leave them unset"
+                        .into(),
+                )
+                .into());
+            }
+            (Some(files), Some(end)) => {
+                // An id no file can hold would never end a document: the setting would
+                // silently do nothing.
+                let dtype = files.dtype();
+                let vocab = files.files()[0].1.vocab;
+                if end < 0 || end > dtype.max_id() || vocab.is_some_and(|v| end as u64 >= v) {
+                    return Err(ConfigError::Option(format!(
+                        "packing.end_of_document {end} is no id of these files ({} ids{}): \
+                         give the tokenizer's end-of-document id",
+                        dtype.name(),
+                        vocab.map_or(String::new(), |v| format!(", a vocabulary of {v}"))
+                    ))
+                    .into());
+                }
+            }
+            _ => {}
+        }
         if let Some(files) = dataset.tokens() {
+            // A file read whole (a Parquet row group) is fetched and decoded for every
+            // block an order reads alone: only the shard-local order reads it once.
+            let whole = files
+                .files()
+                .iter()
+                .any(|(_, f)| matches!(f.placement, Placement::Encoded(_)));
+            if whole && (options.shard_order == ShardOrder::Global || self.sampler.is_some()) {
+                return Err(ConfigError::Option(
+                    "these token files are read a row group at a time, decoded once for all \
+                     its blocks in the shard-local order; a global order or a sampler would \
+                     fetch and decode a row group for each block: use shard_order=local"
+                        .into(),
+                )
+                .into());
+            }
             let tokens = options.batch_size as u64 * files.blocking().row_len();
             if tokens > i32::MAX as u64 {
                 return Err(ConfigError::Option(format!(
@@ -445,11 +486,18 @@ impl<T: Send + 'static, B> DataLoaderBuilder<T, B> {
     /// options say it as settings (`options.packing.packing()`); a `packing` unlike what
     /// they ask is refused.
     pub fn tokens(self, packing: Packing) -> Result<DataLoaderBuilder<Row, TokenBatch>> {
-        let asked = self.options.packing.packing();
-        if self.options.packing != PackingOptions::default() && packing != asked {
+        let asked = &self.options.packing;
+        if *asked != PackingOptions::default()
+            && (packing.mask_boundaries, packing.end_of_document)
+                != (asked.mask_boundaries, asked.end_of_document)
+        {
             return Err(ConfigError::Option(format!(
-                "the packing.* options ask for {asked:?}, but tokens() was given {packing:?}: \
-                 give it options.packing.packing()"
+                "the packing.* options ask for mask_boundaries {} and end_of_document {:?}, \
+                 but tokens() was given {} and {:?}: set them in one place",
+                asked.mask_boundaries,
+                asked.end_of_document,
+                packing.mask_boundaries,
+                packing.end_of_document
             ))
             .into());
         }

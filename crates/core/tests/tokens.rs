@@ -487,7 +487,8 @@ fn mds_token_shards_are_read_block_by_block_as_streaming_reads_them() {
 
 /// Parquet token datasets written by Hugging Face `datasets` (`input_ids`, int32 lists beside
 /// a `text` column, row groups of 16 rows, two files) and by pyarrow (`ids`, `list<int64>`,
-/// zstd pages with checksums) (fixtures/parquet-tokens/make.py), read over S3 behind the
+/// zstd pages with checksums, empty and null lists among them: rows of no document)
+/// (fixtures/parquet-tokens/make.py), read over S3 behind the
 /// delay proxy: every block the documents each one's reader reads back, run together per
 /// row group; each row's documents runs of them. Refused, naming the file or setting: a
 /// column of strings, a missing block size (the error says to set it).
@@ -519,6 +520,20 @@ fn parquet_token_columns_are_read_block_by_block_as_datasets_reads_them() {
         err.contains("token ids") && err.contains("source.block_size"),
         "{err}"
     );
+    // A row group is read whole: an order that would read it for each block is refused.
+    let eight = with(&[("source.block_size", "8")]);
+    let (store, dataset) = open_with("s3://parquet/datasets", storage.clone(), &eight).unwrap();
+    let mut global = eight.clone();
+    global.shard_order = loader_core::ShardOrder::Global;
+    let err = DataLoader::builder(store, dataset)
+        .options(global)
+        .tokens(Packing::new())
+        .unwrap()
+        .build()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("shard_order=local"), "{err}");
     let _ = dir;
 }
 
@@ -595,6 +610,18 @@ fn named_files_mixed_cuts_and_batch_bounds() {
     assert!(err.contains("cu_seqlens"), "{err}");
     // The packing.* options and a Packing given unlike them: refused, not one of them
     // silently unread.
+    // An end-of-document id no uint16 file holds would never end a document.
+    let past = with(&[("packing.end_of_document", "70000")]);
+    let (store, _) = open_with(&url, none(), &eight).unwrap();
+    let err = DataLoader::builder(store, megatron.clone())
+        .options(past.clone())
+        .tokens(past.packing.packing())
+        .unwrap()
+        .build()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("no id of these files (uint16"), "{err}");
     let masked = with(&[("packing.mask_boundaries", "true")]);
     let (store, _) = open_with(&url, none(), &eight).unwrap();
     let err = DataLoader::builder(store.clone(), megatron.clone())

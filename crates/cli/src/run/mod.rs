@@ -165,13 +165,6 @@ pub fn main(args: Args) -> Result {
     let opened = open(&args, &options)?;
     let trace = args.trace.as_ref().map(|_| Arc::new(Trace::new()));
     let tokens = opened.sources[0].dataset.tokens().is_some();
-    if !tokens && options.packing != loader_core::PackingOptions::default() {
-        return Err(
-            "the packing.* options say how token rows are packed: give --block-size \
-                    to read the dataset as tokens, or leave them unset"
-                .into(),
-        );
-    }
     let mut builder = DataLoader::mixture(opened.sources).options(options.clone());
     if let Some(trace) = &trace {
         builder = builder.trace(Arc::clone(trace));

@@ -53,6 +53,19 @@ impl TokenType {
         .find(|t| t.name() == name)
     }
 
+    /// The highest id it stores (as an `i64`: `uint64`'s past `i64::MAX` are refused).
+    pub fn max_id(self) -> i64 {
+        match self {
+            Self::U8 => i64::from(u8::MAX),
+            Self::I8 => i64::from(i8::MAX),
+            Self::I16 => i64::from(i16::MAX),
+            Self::I32 => i64::from(i32::MAX),
+            Self::U16 => i64::from(u16::MAX),
+            Self::U32 => i64::from(u32::MAX),
+            Self::I64 | Self::U64 => i64::MAX,
+        }
+    }
+
     /// Bytes a token takes.
     pub fn size(self) -> u64 {
         match self {

@@ -51,7 +51,8 @@ pub struct Row {
     /// at the row's start, for a document that began in the block before).
     pub position_ids: Vec<i64>,
     /// The document each token belongs to (its index in the file, plus the file's first
-    /// document's index in the source).
+    /// document's index in the source); with [`Packing::end_of_document`], its place among
+    /// the row's documents, from 0.
     pub document_ids: Vec<i64>,
     /// Where each document of the row starts, then `L`: `cu_seqlens` for one row. Padding,
     /// when the row has some, is a last segment of its own, trained on nowhere.
@@ -165,7 +166,7 @@ mod tests {
 
     #[test]
     fn an_end_of_document_id_splits_documents_stored_run_together() {
-        // One stored document of 12 tokens, 100..112; 102 and 106 end documents.
+        // One stored document of 12 tokens, 100..112, and 102 ends a document.
         let split = Packing {
             end_of_document: Some(102),
             mask_boundaries: true,

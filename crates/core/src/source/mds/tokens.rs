@@ -48,21 +48,26 @@ impl TokenColumn {
         let find = |n: &str| names.iter().position(|c| c == n);
         let k = match name {
             Some(n) => find(n).ok_or_else(|| format!("no token column {n:?}; {}", listed()))?,
-            None => TOKEN_NAMES.iter().find_map(|n| find(n)).ok_or_else(|| {
-                format!(
-                    "no token column among {TOKEN_NAMES:?}; name the column that holds the \
-                     ids (source.token_column); {}",
-                    listed()
-                )
-            })?,
+            // The first of the usual names encoded as integer arrays; else the first
+            // present, whose error says how it is encoded.
+            None => {
+                let present: Vec<usize> = TOKEN_NAMES.iter().filter_map(|n| find(n)).collect();
+                present
+                    .iter()
+                    .copied()
+                    .find(|&i| id_type(&shard.column_encodings[i]).is_some())
+                    .or(present.first().copied())
+                    .ok_or_else(|| {
+                        format!(
+                            "no token column among {TOKEN_NAMES:?}; name the column that \
+                             holds the ids (source.token_column); {}",
+                            listed()
+                        )
+                    })?
+            }
         };
         let encoding = &shard.column_encodings[k];
-        let mut parts = encoding.split(':');
-        let dtype = match (parts.next(), parts.next()) {
-            (Some("ndarray"), Some(dtype)) => TokenType::from_name(dtype),
-            _ => None,
-        }
-        .ok_or_else(|| {
+        let dtype = id_type(encoding).ok_or_else(|| {
             format!(
                 "column {:?} is encoded {encoding:?}: token ids are read from columns encoded \
                  ndarray:<integer type>, e.g. ndarray:int32 (as llm-foundry writes them), \
@@ -70,7 +75,7 @@ impl TokenColumn {
                 names[k]
             )
         })?;
-        let fixed = match parts.next() {
+        let fixed = match encoding.split(':').nth(2) {
             None => None,
             Some(shape) => Some(
                 shape
@@ -83,7 +88,10 @@ impl TokenColumn {
         };
         let sizes = &shard.column_sizes;
         let variable = sizes.iter().filter(|s| s.is_none()).count() as u64;
-        if fixed.is_some_and(|n| sizes[k] != n.checked_mul(dtype.size())) {
+        if fixed.is_some_and(|n| {
+            n.checked_mul(dtype.size())
+                .is_none_or(|b| sizes[k] != Some(b))
+        }) {
             return Err(format!(
                 "column {:?} is encoded {encoding:?} but sized {:?} bytes",
                 names[k], sizes[k]
@@ -131,7 +139,10 @@ impl TokenColumn {
         let size = self.dtype.size();
         let column = len.checked_sub(self.others);
         let found = match (self.fixed, column) {
-            (Some(n), Some(c)) if c == n * size => Some((0, n)),
+            // Variable columns after a fixed one add their bytes to what is measured here.
+            (Some(n), Some(c)) if c == n * size || (self.variable > 0 && c > n * size) => {
+                Some((0, n))
+            }
             (None, Some(c)) => header_of(c, size),
             _ => None,
         };
@@ -145,6 +156,15 @@ impl TokenColumn {
             )
         })?;
         Ok((sample.start + self.before + header, n, header))
+    }
+}
+
+/// The ids' type of a column encoded `ndarray:<integer type>[:shape]`.
+fn id_type(encoding: &str) -> Option<TokenType> {
+    let mut parts = encoding.split(':');
+    match (parts.next(), parts.next()) {
+        (Some("ndarray"), Some(dtype)) => TokenType::from_name(dtype),
+        _ => None,
     }
 }
 

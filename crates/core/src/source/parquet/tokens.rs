@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use loader_scheduler::{Record, Records};
 use parquet::basic::{LogicalType, Type as PhysicalType};
+use parquet::column::page::{Page, PageMetadata, PageReader};
 use parquet::column::reader::ColumnReaderImpl;
 use parquet::data_type::{DataType, Int32Type, Int64Type};
 use parquet::file::metadata::ParquetMetaData;
@@ -22,9 +23,13 @@ use super::footer::{Sparse, chunk_span};
 use crate::source::columns::TOKEN_NAMES;
 use crate::tokens::{Blocking, Documents, Encoded, Placement, TokenFile, TokenType, block_record};
 
-/// The most bytes of ids one row group may decode into: it is decoded whole, its blocks
-/// held until read.
+/// The most bytes one row group's decoding may take: it is decoded whole (two levels, a
+/// value and the id a slot, then each block's record), its blocks held until read.
 const MAX_DECODED: u64 = 512 << 20;
+
+/// Bytes a decoded id takes at most while its row group is decoded, besides its own bytes
+/// twice (the ids, then the records): two `i16` levels and an `i64` value.
+const DECODE_OVERHEAD: u64 = 12;
 
 /// The leaf holding the ids of a list column named `name` (or the first of
 /// [`TOKEN_NAMES`]), and how it stores them; refused when it is no list of integers.
@@ -42,16 +47,45 @@ pub(super) fn choose(
     };
     let column = match name {
         Some(n) => find(n).ok_or_else(|| format!("no token column {n:?}; {}", listed()))?,
-        None => TOKEN_NAMES.iter().find_map(|n| find(n)).ok_or_else(|| {
-            format!(
-                "no token column among {TOKEN_NAMES:?}; name the column that holds the ids \
-                 (source.token_column); {}",
-                listed()
-            )
-        })?,
+        // The first of the usual names that holds integer lists; else the first present,
+        // whose error says what it holds.
+        None => {
+            let present: Vec<usize> = TOKEN_NAMES.iter().filter_map(|n| find(n)).collect();
+            present
+                .iter()
+                .copied()
+                .find(|&i| id_type(schema, i).is_some())
+                .or(present.first().copied())
+                .ok_or_else(|| {
+                    format!(
+                        "no token column among {TOKEN_NAMES:?}; name the column that holds \
+                         the ids (source.token_column); {}",
+                        listed()
+                    )
+                })?
+        }
     };
     let descr = schema.column(column);
-    let dtype = match (descr.physical_type(), descr.logical_type_ref()) {
+    let dtype = id_type(schema, column);
+    match dtype {
+        Some(dtype) => Ok((column, dtype)),
+        None => Err(format!(
+            "column {} is {:?} (repeated {} deep): token ids are read from a list of \
+             integers a row, as `datasets` writes `input_ids`",
+            descr.path().string(),
+            descr.physical_type(),
+            descr.max_rep_level()
+        )),
+    }
+}
+
+/// How leaf `column` stores ids, when it is a list of integers a row.
+fn id_type(schema: &SchemaDescriptor, column: usize) -> Option<TokenType> {
+    let descr = schema.column(column);
+    if descr.max_rep_level() != 1 {
+        return None;
+    }
+    match (descr.physical_type(), descr.logical_type_ref()) {
         (_, Some(LogicalType::Integer(int))) => {
             let sign = if int.is_signed { "" } else { "u" };
             TokenType::from_name(&format!("{sign}int{}", int.bit_width))
@@ -59,16 +93,6 @@ pub(super) fn choose(
         (PhysicalType::INT32, None) => Some(TokenType::I32),
         (PhysicalType::INT64, None) => Some(TokenType::I64),
         _ => None,
-    };
-    match dtype {
-        Some(dtype) if descr.max_rep_level() == 1 => Ok((column, dtype)),
-        _ => Err(format!(
-            "column {} is {:?} (repeated {} deep): token ids are read from a list of \
-             integers a row, as `datasets` writes `input_ids`",
-            descr.path().string(),
-            descr.physical_type(),
-            descr.max_rep_level()
-        )),
     }
 }
 
@@ -85,29 +109,39 @@ pub(super) fn files(
     let mut out = Vec::new();
     for (rg, group) in meta.row_groups().iter().enumerate() {
         let chunk = group.column(column);
-        let (rows, tokens) = match (
+        let (rows, slots) = match (
             u64::try_from(group.num_rows()),
             u64::try_from(chunk.num_values()),
         ) {
-            (Ok(rows), Ok(tokens)) => (rows, tokens),
+            (Ok(rows), Ok(slots)) => (rows, slots),
             _ => return Err(format!("row group {rg} claims a negative count")),
         };
         if rows == 0 {
             continue;
         }
-        // A row group is decoded whole, for all its blocks at once: its ids are held.
-        if tokens.saturating_mul(dtype.size()) > MAX_DECODED {
+        // A list's slots are its ids and, for an empty or null list, one null: the
+        // statistics' null count takes those out (a file without them has none).
+        let nulls = chunk
+            .statistics()
+            .and_then(|s| s.null_count_opt())
+            .unwrap_or(0);
+        // And each such slot is a row of no document (a null id is refused when read).
+        let tokens = slots.saturating_sub(nulls);
+        // A row group is decoded whole, for all its blocks at once.
+        let decoded = slots.saturating_mul(DECODE_OVERHEAD + 2 * dtype.size());
+        if decoded > MAX_DECODED {
             return Err(format!(
-                "row group {rg} holds {tokens} ids, more than the {} MiB of them a row group \
-                 is decoded into at once; write the file in smaller row groups (datasets' \
-                 to_parquet(batch_size=...), pyarrow's row_group_size=...)",
+                "row group {rg} holds {slots} ids, which take more than the {} MiB a row \
+                 group may be decoded into at once; write the file in smaller row groups \
+                 (datasets' to_parquet(batch_size=...), pyarrow's row_group_size=...)",
                 MAX_DECODED >> 20
             ));
         }
         let span = chunk_span(chunk, size).map_err(|e| format!("row group {rg}: {e}"))?;
-        // The value count is the footer's claim: the decoded ids must add up to it.
-        let documents = Documents::from_lengths([tokens])
-            .map_err(|_| format!("row group {rg}: {rows} rows and no token"))?;
+        // The counts are the footer's claims: the decoded ids must add up to them.
+        let Ok(documents) = Documents::from_lengths([tokens]) else {
+            continue; // rows of empty lists: no token, no block
+        };
         let records = Arc::new(RowGroup {
             meta: Arc::clone(meta),
             row_group: rg,
@@ -115,6 +149,8 @@ pub(super) fn files(
             size,
             dtype,
             blocking,
+            tokens,
+            documents: rows.saturating_sub(nulls),
         });
         out.push((
             Arc::clone(key),
@@ -124,7 +160,7 @@ pub(super) fn files(
                 placement: Placement::Encoded(Encoded {
                     span,
                     records,
-                    documents: rows,
+                    documents: rows.saturating_sub(nulls),
                 }),
                 blocking,
                 vocab,
@@ -144,6 +180,10 @@ struct RowGroup {
     size: u64,
     dtype: TokenType,
     blocking: Blocking,
+    /// The ids the footer says it holds.
+    tokens: u64,
+    /// The rows holding ids, as the footer says.
+    documents: u64,
 }
 
 impl RowGroup {
@@ -163,8 +203,12 @@ impl RowGroup {
         };
         let pages = SerializedPageReader::new(Arc::new(sparse), chunk, rows, None)
             .map_err(|e| e.to_string())?;
+        let slots = u64::try_from(chunk.num_values()).map_err(|e| e.to_string())?;
+        let pages = Bounded { pages, left: slots };
         let descr = chunk.column_descr_ptr();
         let max_def = descr.max_def_level();
+        // An absent id in a present list, when ids are optional: a null id, refused.
+        let null_id = descr.self_type().is_optional().then(|| max_def - 1);
         let mut reader = ColumnReaderImpl::<T>::new(descr, Box::new(pages));
         let (mut values, mut defs, mut reps) = (Vec::new(), Vec::new(), Vec::new());
         let mut read = 0;
@@ -179,27 +223,37 @@ impl RowGroup {
             }
             read += records;
         }
+        // Each row's ids; an empty or null list is a row of none (no document).
         let mut lengths: Vec<u64> = Vec::with_capacity(rows);
         for (&def, &rep) in defs.iter().zip(&reps) {
+            let row = lengths.len();
             if rep == 0 {
                 lengths.push(0);
+            } else if lengths.is_empty() {
+                return Err("its first level goes on a row that never began".into());
             }
-            if def < max_def {
-                return Err(format!(
-                    "row {} holds a null or empty list, or a null id: no document",
-                    lengths.len().saturating_sub(1)
-                ));
-            }
-            if let Some(last) = lengths.last_mut() {
-                *last += 1;
+            if def == max_def {
+                if let Some(last) = lengths.last_mut() {
+                    *last += 1;
+                }
+            } else if Some(def) == null_id || rep != 0 {
+                return Err(format!("row {row} holds a null id"));
             }
         }
-        let claimed = chunk.num_values();
-        if values.len() as i64 != claimed || lengths.len() != rows {
+        let ids: u64 = lengths.iter().sum();
+        let documents = lengths.iter().filter(|&&n| n > 0).count() as u64;
+        if ids != values.len() as u64
+            || ids != self.tokens
+            || lengths.len() != rows
+            || documents != self.documents
+        {
             return Err(format!(
-                "{} ids in {} rows, where the footer says {claimed} in {rows}",
+                "{} ids ({ids} by the levels) in {} rows, {documents} of them not empty, \
+                 where the footer says {} in {rows}, {} not empty",
                 values.len(),
-                lengths.len()
+                lengths.len(),
+                self.tokens,
+                self.documents
             ));
         }
         Ok((values, lengths))
@@ -208,6 +262,8 @@ impl RowGroup {
     /// Each block's record, from every row's ids as little-endian bytes of the column's
     /// type (`bytes`, `size` each) and the rows' lengths.
     fn blocks(&self, ids: &[u8], lengths: Vec<u64>) -> Result<Vec<Record>, String> {
+        // Rows of no id are no documents (document ids count those that are).
+        let lengths = lengths.into_iter().filter(|&n| n > 0);
         let documents = Documents::from_lengths(lengths).map_err(|e| e.to_string())?;
         let size = self.dtype.size() as usize;
         let count = self.blocking.blocks(documents.tokens());
@@ -242,6 +298,15 @@ impl Records for RowGroup {
                 )
             } else {
                 let (values, lengths) = self.read::<Int32Type>(range, bytes)?;
+                // Narrower types are stored in INT32: a value past the type's range is a
+                // writer's error, not an id to cut to its low bytes.
+                let range = stored_range(self.dtype);
+                if let Some(v) = values.iter().find(|&&v| !range.contains(&i64::from(v))) {
+                    return Err(format!(
+                        "{v} is no {} id, as the column's type says its ids are",
+                        self.dtype.name()
+                    ));
+                }
                 let ids = values
                     .iter()
                     .flat_map(|v| v.to_le_bytes().into_iter().take(size))
@@ -251,5 +316,63 @@ impl Records for RowGroup {
             self.blocks(&ids, lengths)
         })
         .map_err(|cause| format!("row group {}: {cause}", self.row_group))
+    }
+}
+
+/// The INT32 values that are ids of `dtype` (whose narrower types Parquet stores in
+/// INT32; a `uint32` as the same 32 bits).
+fn stored_range(dtype: TokenType) -> std::ops::RangeInclusive<i64> {
+    match dtype {
+        TokenType::U8 => 0..=i64::from(u8::MAX),
+        TokenType::I8 => i64::from(i8::MIN)..=i64::from(i8::MAX),
+        TokenType::U16 => 0..=i64::from(u16::MAX),
+        TokenType::I16 => i64::from(i16::MIN)..=i64::from(i16::MAX),
+        _ => i64::from(i32::MIN)..=i64::from(i32::MAX),
+    }
+}
+
+/// A column chunk's pages, refused once their values pass the footer's count: a page
+/// header claiming more would have them decoded (and held) before any count is checked.
+struct Bounded<P> {
+    pages: P,
+    /// Values the footer leaves for the pages still to come.
+    left: u64,
+}
+
+impl<P: PageReader> Iterator for Bounded<P> {
+    type Item = parquet::errors::Result<Page>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.get_next_page().transpose()
+    }
+}
+
+impl<P: PageReader> PageReader for Bounded<P> {
+    fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
+        let page = self.pages.get_next_page()?;
+        if let Some(page) = &page {
+            let n = u64::from(page.num_values());
+            let data = !matches!(page, Page::DictionaryPage { .. });
+            // A dictionary holds at most as many distinct ids as there are values.
+            let bound = if data { self.left } else { self.left.max(1) };
+            if n > bound {
+                return Err(parquet::errors::ParquetError::General(format!(
+                    "a page of {n} values, past the {} the footer leaves it",
+                    self.left
+                )));
+            }
+            if data {
+                self.left -= n;
+            }
+        }
+        Ok(page)
+    }
+
+    fn peek_next_page(&mut self) -> parquet::errors::Result<Option<PageMetadata>> {
+        self.pages.peek_next_page()
+    }
+
+    fn skip_next_page(&mut self) -> parquet::errors::Result<()> {
+        self.pages.skip_next_page()
     }
 }
