@@ -534,6 +534,17 @@ fn parquet_token_columns_are_read_block_by_block_as_datasets_reads_them() {
         .unwrap()
         .to_string();
     assert!(err.contains("shard_order=local"), "{err}");
+    // Read in memory as the fuzz target reads it: every block's row, none failing.
+    let bytes = std::fs::read(fixtures.join("datasets/train-00000-of-00002.parquet")).unwrap();
+    let blocking = Blocking::new(8, false).unwrap();
+    let (dataset, rows) = loader_core::parquet::Parquet::new()
+        .read_tokens_in_memory("train-00000-of-00002.parquet", bytes, blocking)
+        .unwrap();
+    assert_eq!(rows.len(), dataset.len());
+    assert!(
+        rows.iter()
+            .all(|r| r.as_ref().is_ok_and(|r| r.input_ids.len() == 8))
+    );
     let _ = dir;
 }
 

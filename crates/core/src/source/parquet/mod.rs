@@ -74,10 +74,7 @@ where
 
     /// Why a span could not be read: the store's error, or the file's.
     fn failed(&self, e: FooterError) -> SourceError {
-        match e {
-            FooterError::Storage(e) => SourceError::Storage(e),
-            FooterError::Parquet(e) => self.problem(e.to_string()),
-        }
+        failed(e, |p| self.problem(p))
     }
 
     /// Leaf `column`'s chunk in row group `rg`, whole, checked against the file.
@@ -244,10 +241,7 @@ impl Parquet {
                     footer::get(&**store, &meta.key, range, version)
                 })
                 .await
-                .map_err(|e| match e {
-                    FooterError::Storage(e) => SourceError::Storage(e),
-                    FooterError::Parquet(e) => problem(e.to_string()),
-                })?;
+                .map_err(|e| failed(e, problem))?;
                 let chosen = tokens::choose(footer.file_metadata().schema_descr(), column)
                     .map_err(problem)?;
                 let key: Arc<str> = Arc::from(meta.key.as_str());
@@ -491,22 +485,9 @@ impl Parquet {
             size,
             version: None,
         };
-        let fetch = |range: std::ops::Range<u64>, _: Keep| {
-            let got = usize::try_from(range.start)
-                .ok()
-                .zip(usize::try_from(range.end).ok())
-                .filter(|(a, b)| a <= b && *b <= bytes.len())
-                .map(|(a, b)| bytes.slice(a..b))
-                .ok_or_else(|| {
-                    FooterError::Parquet(parquet::errors::ParquetError::EOF(format!(
-                        "bytes {}..{} are outside the file of {size} bytes",
-                        range.start, range.end
-                    )))
-                });
-            std::future::ready(got)
-        };
+        let fetch = in_memory(&bytes);
         let held = AtomicU64::new(0);
-        let opened = futures::executor::block_on(self.open_with("memory", meta, fetch, &held))?;
+        let opened = futures::executor::block_on(self.open_with("memory", meta, &fetch, &held))?;
         let dataset = dataset("memory", vec![opened])?;
         let mut rows = Vec::with_capacity(dataset.len());
         let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
@@ -536,6 +517,108 @@ impl Parquet {
             rows.push(record.ok_or_else(|| "no value".to_owned()));
         }
         Ok((dataset, rows))
+    }
+
+    /// A Parquet file of token lists held in memory, read as the loader reads one: the
+    /// dataset its `blocking` cuts (or why not), then each block's row (or why not), each
+    /// row group decoded once as the engine decodes it. For fuzzing.
+    pub fn read_tokens_in_memory(
+        &self,
+        name: &str,
+        bytes: impl Into<bytes::Bytes>,
+        blocking: crate::tokens::Blocking,
+    ) -> Result<(
+        Dataset,
+        Vec<std::result::Result<crate::tokens::Row, String>>,
+    )> {
+        let bytes: bytes::Bytes = bytes.into();
+        let size = bytes.len() as u64;
+        let fetch = in_memory(&bytes);
+        let problem = |problem: String| SourceError::Parquet {
+            file: name.to_owned(),
+            store: "memory".to_owned(),
+            problem,
+        };
+        let footer =
+            futures::executor::block_on(footer::read_metadata(size, |r| fetch(r, Keep::No)))
+                .map_err(|e| failed(e, problem))?;
+        let chosen =
+            tokens::choose(footer.file_metadata().schema_descr(), None).map_err(problem)?;
+        let key: Arc<str> = Arc::from(name);
+        let files = tokens::files(&key, &Arc::new(footer), size, chosen, blocking, None)
+            .map_err(problem)?;
+        let files = crate::tokens::TokenFiles::numbered(files)
+            .map_err(|e| SourceError::Invalid(e.to_string()))?;
+        let dataset = Dataset::from_tokens(files)?;
+        let files = dataset
+            .tokens()
+            .cloned()
+            .ok_or(SourceError::Invalid("no tokens".into()))?;
+        let packing = crate::tokens::Packing::new();
+        let mut rows = Vec::with_capacity(dataset.len());
+        let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
+        for (i, item) in dataset.iter().enumerate() {
+            let (Some(range), Some(of)) = (&item.range, &item.record) else {
+                rows.push(Err("a block without its row group".to_owned()));
+                continue;
+            };
+            if decoded.as_ref().is_none_or(|(r, _)| r != range) {
+                let records = fetch(range.clone(), Keep::No)
+                    .into_inner()
+                    .map_err(|_| "the row group is past the file's end".to_owned())
+                    .and_then(|chunk| of.records.decode(name, range, chunk));
+                match records {
+                    Ok(r) => decoded = Some((range.clone(), r)),
+                    Err(e) => {
+                        decoded = None;
+                        rows.push(Err(e));
+                        continue;
+                    }
+                }
+            }
+            let row = decoded
+                .as_ref()
+                .and_then(|(_, r)| r.get(of.slot as usize))
+                .and_then(|r| r.bytes.clone())
+                .ok_or_else(|| "no record".to_owned())
+                .and_then(|b| files.row(i as u64, &b, &packing));
+            rows.push(row);
+        }
+        Ok((dataset, rows))
+    }
+}
+
+/// Why a span could not be read: the store's error, or the file's (`problem` names it).
+fn failed(e: FooterError, problem: impl Fn(String) -> SourceError) -> SourceError {
+    match e {
+        FooterError::Storage(e) => SourceError::Storage(e),
+        FooterError::Parquet(e) => problem(e.to_string()),
+    }
+}
+
+/// Spans of a file held in memory, fetched as a store's would be: a span outside it is an
+/// error.
+fn in_memory(
+    bytes: &bytes::Bytes,
+) -> impl Fn(
+    std::ops::Range<u64>,
+    Keep,
+) -> std::future::Ready<std::result::Result<bytes::Bytes, FooterError>>
++ '_ {
+    move |range, _| {
+        let size = bytes.len();
+        let got = usize::try_from(range.start)
+            .ok()
+            .zip(usize::try_from(range.end).ok())
+            .filter(|(a, b)| a <= b && *b <= size)
+            .map(|(a, b)| bytes.slice(a..b))
+            .ok_or_else(|| {
+                FooterError::Parquet(parquet::errors::ParquetError::EOF(format!(
+                    "bytes {}..{} are outside the file of {size} bytes",
+                    range.start, range.end
+                )))
+            });
+        std::future::ready(got)
     }
 }
 
