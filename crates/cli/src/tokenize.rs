@@ -1,14 +1,15 @@
 //! `loader tokenize`: a text corpus (JSON lines, one document a line, on local disk or in
 //! a store) tokenized once, on every core, by Hugging Face's `tokenizers` (a
 //! `tokenizer.json`, by path or URL), into a Megatron-LM indexed dataset (`PREFIX.bin` +
-//! `PREFIX.idx`) that the loader, Megatron-LM and anything reading its layout read in
-//! place. The ids are the Python `tokenizers` package's for the same file and text (the
-//! test compares them).
+//! `PREFIX.idx`) or MDS shards of a `tokens` column (as llm-foundry writes them), which the
+//! loader, Megatron-LM or MosaicML Streaming read in place. The ids are the Python
+//! `tokenizers` package's for the same file and text (the test compares them).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use loader_core::mds::{MdsColumn, MdsWriter, ndarray_value};
 use loader_core::source::megatron::MegatronWriter;
 use loader_core::storage::{DynStorage, Storage};
 use loader_core::tokens::TokenType;
@@ -38,9 +39,14 @@ pub struct Args {
     /// A store's setting, as `loader run` takes it (e.g. `aws_endpoint=...`).
     #[arg(long = "option", value_name = "KEY=VALUE")]
     options: Vec<String>,
-    /// Where the dataset goes: PREFIX.bin and PREFIX.idx.
+    /// Where the dataset goes: PREFIX.bin and PREFIX.idx (megatron), or a folder of shards
+    /// and index.json (mds).
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
+    /// What is written: `megatron` (an indexed dataset) or `mds` (MDS shards of one
+    /// `tokens` column, `ndarray:uint16` or `ndarray:int32`, uncompressed, so read by range).
+    #[arg(long, value_enum, default_value_t = Format::Megatron)]
+    format: Format,
     /// The field of each line that holds its text.
     #[arg(long, default_value = "text")]
     text_field: String,
@@ -51,6 +57,60 @@ pub struct Args {
     /// Documents tokenized at once (spread over the cores).
     #[arg(long, default_value_t = 1024)]
     batch: usize,
+}
+
+/// What `loader tokenize` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// A Megatron-LM indexed dataset.
+    Megatron,
+    /// MosaicML Streaming's MDS shards.
+    Mds,
+}
+
+/// The dataset being written, of either format.
+enum Writer {
+    Megatron(MegatronWriter),
+    Mds(MdsWriter, TokenType, usize),
+}
+
+impl Writer {
+    fn create(format: Format, out: &std::path::Path, dtype: TokenType) -> Result<Self> {
+        Ok(match format {
+            Format::Megatron => Writer::Megatron(MegatronWriter::create(out, dtype)?),
+            Format::Mds => {
+                let encoding = format!("ndarray:{}", dtype.name());
+                let column = MdsColumn::variable("tokens", &encoding);
+                Writer::Mds(MdsWriter::create(out, vec![column])?, dtype, 0)
+            }
+        })
+    }
+
+    fn add_document(&mut self, ids: &[i64]) -> Result {
+        match self {
+            Writer::Megatron(w) => w.add_document(ids)?,
+            Writer::Mds(w, dtype, documents) => {
+                w.write(&[&ndarray_value(ids, *dtype)?])?;
+                *documents += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn documents(&self) -> usize {
+        match self {
+            Writer::Megatron(w) => w.documents(),
+            Writer::Mds(_, _, documents) => *documents,
+        }
+    }
+
+    fn finish(self) -> Result {
+        match self {
+            Writer::Megatron(w) => w.finish()?,
+            Writer::Mds(w, _, _) => w.finish()?,
+        }
+        Ok(())
+    }
 }
 
 /// One document waiting for its batch: its text and where it came from, for errors.
@@ -85,10 +145,10 @@ pub fn main(args: Args) -> Result {
         None => None,
     };
     let started = Instant::now();
-    let mut writer = MegatronWriter::create(&args.out, dtype)?;
+    let mut writer = Writer::create(args.format, &args.out, dtype)?;
     let mut tokens = 0u64;
     let mut pending: Vec<Line> = Vec::with_capacity(args.batch);
-    let mut flush = |pending: &mut Vec<Line>, writer: &mut MegatronWriter| -> Result {
+    let mut flush = |pending: &mut Vec<Line>, writer: &mut Writer| -> Result {
         let texts: Vec<String> = pending.iter().map(|l| l.text.clone()).collect();
         let encodings = tokenizer
             .encode_batch(texts, true)
@@ -139,10 +199,14 @@ pub fn main(args: Args) -> Result {
     let seconds = started.elapsed().as_secs_f64();
     eprintln!(
         "{documents} documents, {tokens} tokens ({}, vocabulary {vocab}) in {seconds:.1} s: \
-         {:.0} tokens/s, written to {}.bin and .idx",
+         {:.0} tokens/s, written to {}{}",
         dtype.name(),
         tokens as f64 / seconds.max(1e-9),
-        args.out.display()
+        args.out.display(),
+        match args.format {
+            Format::Megatron => ".bin and .idx",
+            Format::Mds => "/ as MDS shards",
+        }
     );
     Ok(())
 }

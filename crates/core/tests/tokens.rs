@@ -548,6 +548,42 @@ fn parquet_token_columns_are_read_block_by_block_as_datasets_reads_them() {
     let _ = dir;
 }
 
+/// `MdsWriter` with `ndarray_value` writes token shards as MosaicML's MDSWriter does, byte
+/// for byte: the `i32` fixture's documents, in shards of at most 400 bytes, give its very
+/// shards; an empty document and an id past the type are refused.
+#[test]
+fn mds_token_shards_are_written_as_mdswriter_writes_them() {
+    use loader_core::mds::{MdsColumn, MdsWriter, ndarray_value};
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds-tokens");
+    let expected: BTreeMap<String, PeerExpected> =
+        serde_json::from_slice(&std::fs::read(fixtures.join("expected.json")).unwrap()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let columns = vec![MdsColumn::variable("tokens", "ndarray:int32")];
+    let mut writer = MdsWriter::create(out.path(), columns)
+        .unwrap()
+        .size_limit(400);
+    for document in &expected["i32"].documents {
+        let value = ndarray_value(document, TokenType::I32).unwrap();
+        writer.write(&[&value]).unwrap();
+    }
+    writer.finish().unwrap();
+    let mut shards = 0;
+    for f in std::fs::read_dir(fixtures.join("i32")).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".mds") {
+            assert_eq!(
+                std::fs::read(out.path().join(&name)).unwrap(),
+                std::fs::read(fixtures.join("i32").join(&name)).unwrap(),
+                "{name}"
+            );
+            shards += 1;
+        }
+    }
+    assert!(shards > 2);
+    assert!(ndarray_value(&[], TokenType::I32).is_err());
+    assert!(ndarray_value(&[70_000], TokenType::U16).is_err());
+}
+
 /// `MegatronWriter` writes what megatron-core's IndexedDatasetBuilder wrote, byte for byte:
 /// the fixture `u16`'s documents (one sequence each) give its very `.bin` and `.idx`; an
 /// empty document and an id past the type are refused.

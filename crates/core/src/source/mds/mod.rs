@@ -30,7 +30,7 @@ use tokens::TokenColumn;
 
 /// The file that describes an MDS dataset, and whether a key or URL names one.
 pub use super::extensions::{INDEX, is_index as is_mds_index};
-pub use write::{MdsColumn, MdsWriter, SIZE_LIMIT};
+pub use write::{MdsColumn, MdsWriter, SIZE_LIMIT, ndarray_value};
 
 /// How MDS shards become a [`Dataset`]: which columns hold the images and labels.
 pub type Mds = IndexedFiles<MdsShards>;

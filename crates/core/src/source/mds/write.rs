@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::source::error::WriteError;
+use crate::tokens::TokenType;
 
 /// Streaming's default shard size limit.
 pub const SIZE_LIMIT: usize = 1 << 26;
@@ -39,6 +40,39 @@ impl MdsColumn {
             ..Self::variable(name, encoding)
         }
     }
+}
+
+/// A document's ids as an MDS `ndarray:<dtype>` value of dynamic shape, as `MDSWriter`
+/// encodes a 1-D numpy array: `ndim << 2 | shape type`, the length in the smallest unsigned
+/// type holding it, then the ids. An empty document, or an id the type cannot hold, is
+/// refused.
+pub fn ndarray_value(ids: &[i64], dtype: TokenType) -> Result<Vec<u8>, WriteError> {
+    if ids.is_empty() {
+        return Err(WriteError::Sample(
+            "an empty document: MDS arrays hold one value or more".into(),
+        ));
+    }
+    let n = ids.len() as u64;
+    let (code, width) = match n {
+        0..0x100 => (0u8, 1),
+        0x100..0x1_0000 => (1, 2),
+        0x1_0000..0x1_0000_0000 => (2, 4),
+        _ => (3, 8),
+    };
+    let size = dtype.size() as usize;
+    let mut out = Vec::with_capacity(1 + width + ids.len() * size);
+    out.push(1 << 2 | code);
+    out.extend_from_slice(&n.to_le_bytes()[..width]);
+    for &id in ids {
+        if id < 0 || id > dtype.max_id() {
+            return Err(WriteError::Sample(format!(
+                "id {id} does not fit {}",
+                dtype.name()
+            )));
+        }
+        out.extend_from_slice(&id.to_le_bytes()[..size]);
+    }
+    Ok(out)
 }
 
 /// MDS shards being written into a local directory.
