@@ -373,6 +373,14 @@ fn read_as_written_with(
     (dir, server, proxy, storage)
 }
 
+/// Why opening `url` on the store `storage` sets up with `settings` is refused.
+fn refusal(url: &str, storage: &[(String, String)], settings: &[(&str, &str)]) -> String {
+    open_with(url, storage.to_vec(), &with(settings))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
 /// Loader options with `settings` set.
 fn with(settings: &[(&str, &str)]) -> LoaderOptions {
     let mut options = LoaderOptions::default();
@@ -436,12 +444,7 @@ fn mds_token_shards_are_read_block_by_block_as_streaming_reads_them() {
         std::fs::create_dir_all(&to).unwrap();
         std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
     }
-    let open = |url: &str, settings: &[(&str, &str)]| {
-        open_with(url, storage.clone(), &with(settings))
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-    };
+    let open = |url: &str, settings: &[(&str, &str)]| refusal(url, &storage, settings);
     let eight = [("source.block_size", "8")];
     let err = open("s3://mds/zstd", &eight);
     assert!(
@@ -501,12 +504,7 @@ fn parquet_token_columns_are_read_block_by_block_as_datasets_reads_them() {
         "parquet",
         &[("pyarrow", &[("source.token_column", "ids")])],
     );
-    let open = |url: &str, settings: &[(&str, &str)]| {
-        open_with(url, storage.clone(), &with(settings))
-            .map(|_| ())
-            .unwrap_err()
-            .to_string()
-    };
+    let open = |url: &str, settings: &[(&str, &str)]| refusal(url, &storage, settings);
     let err = open(
         "s3://parquet/datasets",
         &[("source.block_size", "8"), ("source.token_column", "text")],

@@ -13,6 +13,29 @@ pub(crate) const LABEL_NAMES: [&str; 2] = ["label", "cls"];
 /// `input_ids`.
 pub(crate) const TOKEN_NAMES: [&str; 2] = ["tokens", "input_ids"];
 
+/// The token column read when none is named: the first of [`TOKEN_NAMES`] present (`find`
+/// gives its place) that holds ids (`holds_ids`), else the first present, whose refusal then
+/// says what it holds; `listed` says what columns there are, when there is none.
+pub(crate) fn default_token_column(
+    find: impl Fn(&str) -> Option<usize>,
+    holds_ids: impl Fn(usize) -> bool,
+    listed: impl FnOnce() -> String,
+) -> Result<usize, String> {
+    let present: Vec<usize> = TOKEN_NAMES.iter().filter_map(|n| find(n)).collect();
+    present
+        .iter()
+        .copied()
+        .find(|&i| holds_ids(i))
+        .or(present.first().copied())
+        .ok_or_else(|| {
+            format!(
+                "no token column among {TOKEN_NAMES:?}; name the column that holds the ids \
+                 (source.token_column); {}",
+                listed()
+            )
+        })
+}
+
 /// What a dataset opened for images says when its rows hold token ids instead (`found`:
 /// why no image column was).
 pub(crate) fn holds_tokens(found: &str) -> String {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use loader_storage::Storage;
 
 use super::layout::{self, ShardInfo};
-use crate::source::columns::TOKEN_NAMES;
+use crate::source::columns::default_token_column;
 use crate::source::record_files::FileError;
 use crate::tokens::{Blocking, Documents, Placement, TokenFile, TokenType};
 
@@ -33,7 +33,7 @@ pub(super) struct TokenColumn {
 }
 
 impl TokenColumn {
-    /// The token column of `shard`: `name`, or the first of [`TOKEN_NAMES`] present;
+    /// The token column of `shard`: `name`, or the first of [`TOKEN_NAMES`](crate::source::columns::TOKEN_NAMES) present;
     /// refused when its encoding is not an array of integers of a given type, or when
     /// where its ids start would differ from sample to sample in ways the table does not
     /// tell.
@@ -48,23 +48,11 @@ impl TokenColumn {
         let find = |n: &str| names.iter().position(|c| c == n);
         let k = match name {
             Some(n) => find(n).ok_or_else(|| format!("no token column {n:?}; {}", listed()))?,
-            // The first of the usual names encoded as integer arrays; else the first
-            // present, whose error says how it is encoded.
-            None => {
-                let present: Vec<usize> = TOKEN_NAMES.iter().filter_map(|n| find(n)).collect();
-                present
-                    .iter()
-                    .copied()
-                    .find(|&i| id_type(&shard.column_encodings[i]).is_some())
-                    .or(present.first().copied())
-                    .ok_or_else(|| {
-                        format!(
-                            "no token column among {TOKEN_NAMES:?}; name the column that \
-                             holds the ids (source.token_column); {}",
-                            listed()
-                        )
-                    })?
-            }
+            None => default_token_column(
+                find,
+                |i| id_type(&shard.column_encodings[i]).is_some(),
+                listed,
+            )?,
         };
         let encoding = &shard.column_encodings[k];
         let dtype = id_type(encoding).ok_or_else(|| {

@@ -489,33 +489,7 @@ impl Parquet {
         let held = AtomicU64::new(0);
         let opened = futures::executor::block_on(self.open_with("memory", meta, &fetch, &held))?;
         let dataset = dataset("memory", vec![opened])?;
-        let mut rows = Vec::with_capacity(dataset.len());
-        let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
-        for item in dataset.iter() {
-            let (Some(range), Some(of)) = (&item.range, &item.record) else {
-                rows.push(Err("a row without its page".to_owned()));
-                continue;
-            };
-            if decoded.as_ref().is_none_or(|(r, _)| r != range) {
-                let records = fetch(range.clone(), Keep::No)
-                    .into_inner()
-                    .map_err(|_| "the page is past the file's end".to_owned())
-                    .and_then(|page| of.records.decode(name, range, page));
-                match records {
-                    Ok(r) => decoded = Some((range.clone(), r)),
-                    Err(e) => {
-                        decoded = None;
-                        rows.push(Err(e));
-                        continue;
-                    }
-                }
-            }
-            let record = decoded
-                .as_ref()
-                .and_then(|(_, r)| r.get(of.slot as usize))
-                .and_then(|r| r.bytes.clone());
-            rows.push(record.ok_or_else(|| "no value".to_owned()));
-        }
+        let rows = records_in_memory(&dataset, &bytes, name);
         Ok((dataset, rows))
     }
 
@@ -555,37 +529,51 @@ impl Parquet {
             .cloned()
             .ok_or(SourceError::Invalid("no tokens".into()))?;
         let packing = crate::tokens::Packing::new();
-        let mut rows = Vec::with_capacity(dataset.len());
-        let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
-        for (i, item) in dataset.iter().enumerate() {
-            let (Some(range), Some(of)) = (&item.range, &item.record) else {
-                rows.push(Err("a block without its row group".to_owned()));
-                continue;
-            };
-            if decoded.as_ref().is_none_or(|(r, _)| r != range) {
-                let records = fetch(range.clone(), Keep::No)
-                    .into_inner()
-                    .map_err(|_| "the row group is past the file's end".to_owned())
-                    .and_then(|chunk| of.records.decode(name, range, chunk));
-                match records {
-                    Ok(r) => decoded = Some((range.clone(), r)),
-                    Err(e) => {
-                        decoded = None;
-                        rows.push(Err(e));
-                        continue;
-                    }
-                }
-            }
-            let row = decoded
-                .as_ref()
-                .and_then(|(_, r)| r.get(of.slot as usize))
-                .and_then(|r| r.bytes.clone())
-                .ok_or_else(|| "no record".to_owned())
-                .and_then(|b| files.row(i as u64, &b, &packing));
-            rows.push(row);
-        }
+        let rows = records_in_memory(&dataset, &bytes, name)
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| record.and_then(|b| files.row(i as u64, &b, &packing)))
+            .collect();
         Ok((dataset, rows))
     }
+}
+
+/// Each sample's record bytes of `dataset`, a file `bytes` held in memory, its spans
+/// decoded as the engine decodes them: once for the run of samples that share one.
+fn records_in_memory(
+    dataset: &Dataset,
+    bytes: &bytes::Bytes,
+    name: &str,
+) -> Vec<std::result::Result<bytes::Bytes, String>> {
+    let fetch = in_memory(bytes);
+    let mut out = Vec::with_capacity(dataset.len());
+    let mut decoded: Option<(std::ops::Range<u64>, Vec<loader_scheduler::Record>)> = None;
+    for item in dataset.iter() {
+        let (Some(range), Some(of)) = (&item.range, &item.record) else {
+            out.push(Err("a sample without its span".to_owned()));
+            continue;
+        };
+        if decoded.as_ref().is_none_or(|(r, _)| r != range) {
+            let records = fetch(range.clone(), Keep::No)
+                .into_inner()
+                .map_err(|_| "the span is past the file's end".to_owned())
+                .and_then(|span| of.records.decode(name, range, span));
+            match records {
+                Ok(r) => decoded = Some((range.clone(), r)),
+                Err(e) => {
+                    decoded = None;
+                    out.push(Err(e));
+                    continue;
+                }
+            }
+        }
+        let record = decoded
+            .as_ref()
+            .and_then(|(_, r)| r.get(of.slot as usize))
+            .and_then(|r| r.bytes.clone());
+        out.push(record.ok_or_else(|| "no value".to_owned()));
+    }
+    out
 }
 
 /// Why a span could not be read: the store's error, or the file's (`problem` names it).

@@ -20,7 +20,7 @@ use parquet::schema::types::SchemaDescriptor;
 
 use super::columns::without_panics;
 use super::footer::{Sparse, chunk_span};
-use crate::source::columns::TOKEN_NAMES;
+use crate::source::columns::default_token_column;
 use crate::tokens::{Blocking, Documents, Encoded, Placement, TokenFile, TokenType, block_record};
 
 /// The most bytes one row group's decoding may take: it is decoded whole (two levels, a
@@ -32,7 +32,8 @@ const MAX_DECODED: u64 = 512 << 20;
 const DECODE_OVERHEAD: u64 = 12;
 
 /// The leaf holding the ids of a list column named `name` (or the first of
-/// [`TOKEN_NAMES`]), and how it stores them; refused when it is no list of integers.
+/// [`TOKEN_NAMES`](crate::source::columns::TOKEN_NAMES) holding integers), and how it stores
+/// them; refused when it is no list of integers.
 pub(super) fn choose(
     schema: &SchemaDescriptor,
     name: Option<&str>,
@@ -47,23 +48,7 @@ pub(super) fn choose(
     };
     let column = match name {
         Some(n) => find(n).ok_or_else(|| format!("no token column {n:?}; {}", listed()))?,
-        // The first of the usual names that holds integer lists; else the first present,
-        // whose error says what it holds.
-        None => {
-            let present: Vec<usize> = TOKEN_NAMES.iter().filter_map(|n| find(n)).collect();
-            present
-                .iter()
-                .copied()
-                .find(|&i| id_type(schema, i).is_some())
-                .or(present.first().copied())
-                .ok_or_else(|| {
-                    format!(
-                        "no token column among {TOKEN_NAMES:?}; name the column that holds \
-                         the ids (source.token_column); {}",
-                        listed()
-                    )
-                })?
-        }
+        None => default_token_column(find, |i| id_type(schema, i).is_some(), listed)?,
     };
     let descr = schema.column(column);
     let dtype = id_type(schema, column);
