@@ -1,14 +1,16 @@
 //! `loader tokenize`: a text corpus (JSON lines, one document a line, on local disk or in
 //! a store) tokenized once, on every core, by Hugging Face's `tokenizers` (a
 //! `tokenizer.json`, by path or URL), into a Megatron-LM indexed dataset (`PREFIX.bin` +
-//! `PREFIX.idx`) or MDS shards of a `tokens` column (as llm-foundry writes them), which the
-//! loader, Megatron-LM or MosaicML Streaming read in place. The ids are the Python
+//! `PREFIX.idx`), MDS shards of a `tokens` column (as llm-foundry writes them) or LitData
+//! `TokensLoader` chunks, which the loader, and Megatron-LM, MosaicML Streaming or LitData,
+//! read in place. The ids are the Python
 //! `tokenizers` package's for the same file and text (the test compares them).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use loader_core::litdata::TokenChunkWriter;
 use loader_core::mds::{MdsColumn, MdsWriter, ndarray_value};
 use loader_core::source::megatron::MegatronWriter;
 use loader_core::storage::{DynStorage, Storage};
@@ -43,10 +45,15 @@ pub struct Args {
     /// and index.json (mds).
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
-    /// What is written: `megatron` (an indexed dataset) or `mds` (MDS shards of one
-    /// `tokens` column, `ndarray:uint16` or `ndarray:int32`, uncompressed, so read by range).
+    /// What is written: `megatron` (an indexed dataset), `mds` (MDS shards of one `tokens`
+    /// column, `ndarray:uint16` or `ndarray:int32`, uncompressed, so read by range) or
+    /// `litdata` (chunks for LitData's `TokensLoader`).
     #[arg(long, value_enum, default_value_t = Format::Megatron)]
     format: Format,
+    /// litdata: tokens a chunk holds at most (LitData's `chunk_size`); a block never spans
+    /// two chunks.
+    #[arg(long, default_value_t = 1 << 25)]
+    chunk_tokens: u64,
     /// The field of each line that holds its text.
     #[arg(long, default_value = "text")]
     text_field: String,
@@ -66,22 +73,29 @@ enum Format {
     Megatron,
     /// MosaicML Streaming's MDS shards.
     Mds,
+    /// LitData's chunks for `TokensLoader`.
+    Litdata,
 }
 
 /// The dataset being written, of either format.
 enum Writer {
     Megatron(MegatronWriter),
     Mds(MdsWriter, TokenType, usize),
+    Litdata(TokenChunkWriter, usize),
 }
 
 impl Writer {
-    fn create(format: Format, out: &std::path::Path, dtype: TokenType) -> Result<Self> {
+    fn create(args: &Args, dtype: TokenType) -> Result<Self> {
+        let (format, out) = (args.format, args.out.as_path());
         Ok(match format {
             Format::Megatron => Writer::Megatron(MegatronWriter::create(out, dtype)?),
             Format::Mds => {
                 let encoding = format!("ndarray:{}", dtype.name());
                 let column = MdsColumn::variable("tokens", &encoding);
                 Writer::Mds(MdsWriter::create(out, vec![column])?, dtype, 0)
+            }
+            Format::Litdata => {
+                Writer::Litdata(TokenChunkWriter::create(out, dtype, args.chunk_tokens)?, 0)
             }
         })
     }
@@ -93,6 +107,10 @@ impl Writer {
                 w.write(&[&ndarray_value(ids, *dtype)?])?;
                 *documents += 1;
             }
+            Writer::Litdata(w, documents) => {
+                w.add_document(ids)?;
+                *documents += 1;
+            }
         }
         Ok(())
     }
@@ -100,7 +118,7 @@ impl Writer {
     fn documents(&self) -> usize {
         match self {
             Writer::Megatron(w) => w.documents(),
-            Writer::Mds(_, _, documents) => *documents,
+            Writer::Mds(_, _, documents) | Writer::Litdata(_, documents) => *documents,
         }
     }
 
@@ -108,6 +126,7 @@ impl Writer {
         match self {
             Writer::Megatron(w) => w.finish()?,
             Writer::Mds(w, _, _) => w.finish()?,
+            Writer::Litdata(w, _) => w.finish()?,
         }
         Ok(())
     }
@@ -145,7 +164,7 @@ pub fn main(args: Args) -> Result {
         None => None,
     };
     let started = Instant::now();
-    let mut writer = Writer::create(args.format, &args.out, dtype)?;
+    let mut writer = Writer::create(&args, dtype)?;
     let mut tokens = 0u64;
     let mut pending: Vec<Line> = Vec::with_capacity(args.batch);
     let mut flush = |pending: &mut Vec<Line>, writer: &mut Writer| -> Result {
@@ -206,6 +225,7 @@ pub fn main(args: Args) -> Result {
         match args.format {
             Format::Megatron => ".bin and .idx",
             Format::Mds => "/ as MDS shards",
+            Format::Litdata => "/ as LitData chunks",
         }
     );
     Ok(())

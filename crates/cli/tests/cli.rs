@@ -433,26 +433,28 @@ fn tokenize_writes_the_ids_the_tokenizers_package_gives() {
             "{ext}"
         );
     }
-    // As MDS shards: the same documents, read back by the loader's MDS reader.
-    let shards = out.path().join("mds");
-    ok(loader()
-        .arg("tokenize")
-        .arg(&corpus)
-        .arg("--tokenizer")
-        .arg(&tokenizer)
-        .arg("--out")
-        .arg(&shards)
-        .args(["--append-eos", "<|endoftext|>", "--format", "mds"]));
-    let run = ok(loader()
-        .arg("run")
-        .arg(&shards)
-        .args(["--block-size", "16", "--json"]));
-    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    assert_eq!(
-        summary["tokens"],
-        (ids.len() as u64 - 1) / 16 * 16,
-        "{summary}"
-    );
+    // As MDS shards and LitData chunks (one chunk): the same documents, read back by the
+    // loader's readers (MDS blocks as Megatron's; LitData's share no token).
+    for (format, tokens) in [
+        ("mds", (ids.len() as u64 - 1) / 16 * 16),
+        ("litdata", ids.len() as u64 / 17 * 16),
+    ] {
+        let written = out.path().join(format);
+        ok(loader()
+            .arg("tokenize")
+            .arg(&corpus)
+            .arg("--tokenizer")
+            .arg(&tokenizer)
+            .arg("--out")
+            .arg(&written)
+            .args(["--append-eos", "<|endoftext|>", "--format", format]));
+        let run = ok(loader()
+            .arg("run")
+            .arg(&written)
+            .args(["--block-size", "16", "--json"]));
+        let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+        assert_eq!(summary["tokens"], tokens, "{format}: {summary}");
+    }
     // Settings it cannot honour: no batch, a store's URL that names no object.
     for (input, batch, needle) in [
         (corpus.to_string_lossy().into_owned(), "0", "--batch 0"),

@@ -582,6 +582,45 @@ fn mds_token_shards_are_written_as_mdswriter_writes_them() {
     assert!(ndarray_value(&[70_000], TokenType::U16).is_err());
 }
 
+/// `TokenChunkWriter` writes `TokensLoader` chunks as `litdata.optimize` does: the
+/// `numpy-u16` fixture's documents, in chunks of at most 100 tokens, give its very chunk
+/// files and the same chunk list in `index.json`, which the loader then reads as LitData's.
+#[test]
+fn litdata_token_chunks_are_written_as_optimize_writes_them() {
+    use loader_core::litdata::TokenChunkWriter;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/litdata-tokens");
+    let expected: BTreeMap<String, PeerExpected> =
+        serde_json::from_slice(&std::fs::read(fixtures.join("expected.json")).unwrap()).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut writer = TokenChunkWriter::create(out.path(), TokenType::U16, 100).unwrap();
+    for document in &expected["numpy-u16"].documents {
+        writer.add_document(document).unwrap();
+    }
+    writer.finish().unwrap();
+    let index = |dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("index.json")).unwrap()).unwrap()
+    };
+    let (ours, theirs) = (index(out.path()), index(&fixtures.join("numpy-u16")));
+    assert_eq!(ours["chunks"], theirs["chunks"]);
+    assert_eq!(ours["config"], theirs["config"]);
+    for chunk in theirs["chunks"].as_array().unwrap() {
+        let name = chunk["filename"].as_str().unwrap();
+        assert_eq!(
+            std::fs::read(out.path().join(name)).unwrap(),
+            std::fs::read(fixtures.join("numpy-u16").join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    let eight = with(&[("source.block_size", "8")]);
+    let (_, ours) = open_with(
+        &out.path().to_string_lossy(),
+        Vec::<(String, String)>::new(),
+        &eight,
+    )
+    .unwrap();
+    assert_eq!(ours.len(), expected["numpy-u16"].blocks["8"].len());
+}
+
 /// `MegatronWriter` writes what megatron-core's IndexedDatasetBuilder wrote, byte for byte:
 /// the fixture `u16`'s documents (one sequence each) give its very `.bin` and `.idx`; an
 /// empty document and an id past the type are refused.

@@ -10,12 +10,14 @@
 //!
 //! Rooms: `index` (what `index.json` says), `leaves` (a sample's leaves: which is the
 //! image and label, an item cut into its record), `chunk` (a chunk's tables and frames,
-//! and how its spans decode), `tokens` (a token chunk's table as documents).
+//! and how its spans decode), `tokens` (a token chunk's table as documents), `write`
+//! (token chunks as `optimize` writes them).
 
 mod chunk;
 mod index;
 mod leaves;
 mod tokens;
+mod write;
 
 use std::sync::Arc;
 
@@ -28,6 +30,7 @@ use super::index::Dataset;
 use super::record_files::{FileKind, IndexedFiles, dataset_of, open_files};
 use crate::tokens::TokenFiles;
 use leaves::Columns;
+pub use write::TokenChunkWriter;
 
 /// Whether `text`, the bytes of an `index.json`, describes LitData chunks rather than
 /// MDS shards.
