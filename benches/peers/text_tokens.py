@@ -5,6 +5,7 @@ then run_clm.py's `group_texts` packing), on one JSON-lines corpus.
 
     python benches/peers/text_tokens.py make DIR [--mb 50]     # corpus.jsonl, tokenizer.json
     python benches/peers/text_tokens.py datasets DIR           # one JSON line
+    python benches/peers/text_tokens.py tokenizer DIR          # the tokenizer alone
 
 The loader's side is run by benches/peers/tokenize.sh (it times the commands).
 """
@@ -82,15 +83,38 @@ def run_datasets(out: str, block: int) -> None:
                       "tokens_per_cpu_second": rows * block / cpu_seconds}))
 
 
+def run_tokenizer(out: str) -> None:
+    """The tokenizer alone, `encode_batch` over 1,024 documents at a time: what neither
+    side can go below, since both run it."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    with open(os.path.join(out, "corpus.jsonl")) as f:
+        texts = [json.loads(line)["text"] for line in f]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_started = usage.ru_utime + usage.ru_stime
+    started = time.perf_counter()
+    tokens = 0
+    for i in range(0, len(texts), 1024):
+        tokens += sum(len(e.ids) for e in tokenizer.encode_batch(texts[i:i + 1024]))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_seconds = usage.ru_utime + usage.ru_stime - cpu_started
+    print(json.dumps({"which": "tokenizer", "tokens": tokens,
+                      "seconds": time.perf_counter() - started, "cpu_seconds": cpu_seconds,
+                      "tokens_per_cpu_second": tokens / cpu_seconds}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["make", "datasets"])
+    parser.add_argument("command", choices=["make", "datasets", "tokenizer"])
     parser.add_argument("dir")
     parser.add_argument("--mb", type=int, default=50)
     parser.add_argument("--block-size", type=int, default=2048)
     args = parser.parse_args()
     if args.command == "make":
         make(args.dir, args.mb)
+    elif args.command == "tokenizer":
+        run_tokenizer(args.dir)
     else:
         run_datasets(args.dir, args.block_size)
 
