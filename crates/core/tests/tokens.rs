@@ -782,3 +782,49 @@ fn a_mixture_weighed_by_documents_reads_each_sources_documents_by_weight() {
         "blocks {blocks:?}"
     );
 }
+
+/// Token datasets over plain HTTP (no listing, so named): a Megatron pair by its two files'
+/// URLs, and MDS shards by their `index.json`; every block read, the stream as written.
+#[test]
+fn token_datasets_are_read_over_http() {
+    let dir = bucket();
+    let mds = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds-tokens/i32");
+    std::fs::create_dir_all(dir.path().join("mds")).unwrap();
+    for f in std::fs::read_dir(&mds).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.path().join("mds").join(f.file_name())).unwrap();
+    }
+    let server = loader_testkit::HttpServer::start(dir.path()).unwrap();
+    let eight = with(&[("source.block_size", "8")]);
+    let read = |url: &str| -> Vec<Vec<i64>> {
+        let (store, dataset) = open_with(url, Vec::<(String, String)>::new(), &eight).unwrap();
+        let loader = DataLoader::builder(store, dataset)
+            .batch_size(4)
+            .tokens(Packing::new())
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut rows = Vec::new();
+        for batch in loader {
+            let batch = batch.unwrap();
+            let inputs = batch.input_ids.as_i64().unwrap();
+            rows.extend(inputs.chunks(8).map(<[i64]>::to_vec));
+        }
+        rows
+    };
+    let stream = expected()["u16"].documents.concat();
+    let rows = read(&format!("{}/tokens/u16/{{u16.idx,u16.bin}}", server.url()));
+    assert_eq!(rows.len(), (stream.len() - 1) / 8);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row[..], stream[i * 8..i * 8 + 8], "megatron block {i}");
+    }
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mds-tokens");
+    let expected: BTreeMap<String, PeerExpected> =
+        serde_json::from_slice(&std::fs::read(fixtures.join("expected.json")).unwrap()).unwrap();
+    let rows = read(&format!("{}/mds/index.json", server.url()));
+    let want: Vec<Vec<i64>> = expected["i32"].blocks["8"]
+        .iter()
+        .map(|b| b[..8].to_vec())
+        .collect();
+    assert_eq!(rows, want);
+}
