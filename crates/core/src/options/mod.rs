@@ -103,6 +103,12 @@ macro_rules! options_group {
                 None
             }
 
+            /// This group's own groups: each one's name and what it holds.
+            #[allow(dead_code)] // a group of no groups has none to name
+            pub(crate) fn groups() -> Vec<(&'static str, &'static str)> {
+                vec![$( $( (stringify!($group), $gdoc.trim()), )* )?]
+            }
+
             /// This group's options and their values here, under `prefix`.
             pub(crate) fn list(&self, prefix: &str, out: &mut Vec<OptionKey>) {
                 $( out.push(OptionKey {
@@ -323,6 +329,42 @@ impl LoaderOptions {
     pub fn keys() -> Vec<OptionKey> {
         let mut out = Vec::new();
         Self::default().list("", &mut out);
+        out
+    }
+
+    /// Every option as Markdown, from the declarations: a table of the loader's own, then
+    /// one per group (its keys under its prefix). What `docs/options.md` holds.
+    pub fn reference() -> String {
+        let cell = |text: &str| text.replace('|', "\\|");
+        let table = |out: &mut String, keys: &[&OptionKey]| {
+            out.push_str("| key | default | what it does |\n|---|---|---|\n");
+            for k in keys {
+                let default = match k.default.as_str() {
+                    "" => "(empty)".to_owned(),
+                    value => format!("`{}`", cell(value)),
+                };
+                out.push_str(&format!("| `{}` | {default} | {} |\n", k.key, cell(k.doc)));
+            }
+        };
+        let keys = Self::keys();
+        let mut out = String::from(
+            "# Options\n\nEvery setting of the loader, generated from the options' declarations \
+             (`crates/core/src/options/`): `LOADER_REGENERATE=1 cargo test -p loader-core --test \
+             options_reference` writes this file, and the same test fails when it differs. \
+             Each is set by its key: `LoaderOptions::set(\"engine.prefetch\", \"4\")` in Rust, \
+             `loader run --set engine.prefetch=4`, or the Python `DataLoader` keyword that \
+             `loader_ml/options.py` maps to it (`prefetch=4`). A default `none` means unset.\n\n\
+             ## The loader\n\n",
+        );
+        let own: Vec<&OptionKey> = keys.iter().filter(|k| !k.key.contains('.')).collect();
+        table(&mut out, &own);
+        for (group, doc) in Self::groups() {
+            let prefix = format!("{group}.");
+            let mine: Vec<&OptionKey> =
+                keys.iter().filter(|k| k.key.starts_with(&prefix)).collect();
+            out.push_str(&format!("\n## `{group}.*`: {doc}\n\n"));
+            table(&mut out, &mine);
+        }
         out
     }
 
