@@ -1,6 +1,6 @@
 """How far the loader's pixels are from torchvision's on PIL's decode, exact and with
 ``draft=True``: Resize(256) + CenterCrop(224) + ToTensor, mean absolute difference in 8-bit
-levels per image, summarised per kind of file (README, "Decode modes").
+levels per image, summarised per kind of file (docs/python.md, "Decode modes").
 
     python benches/peers/draft_pixels.py DIR   # DIR from benches/scripts/photos.sh
 """

@@ -247,7 +247,7 @@ impl Report {
             line.pop();
             let _ = writeln!(
                 out,
-                "{line} images/s (draft changes pixels; README, \"Decode modes\").\n"
+                "{line} images/s (draft changes pixels; docs/python.md, \"Decode modes\").\n"
             );
         }
         let _ = writeln!(

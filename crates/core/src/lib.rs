@@ -59,6 +59,15 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// The guides' code (`docs/`), compiled and run as doc tests as the README's is.
+#[doc = include_str!("../../../docs/formats.md")]
+#[doc = include_str!("../../../docs/mixtures.md")]
+#[doc = include_str!("../../../docs/cache.md")]
+#[doc = include_str!("../../../docs/stores.md")]
+#[doc = include_str!("../../../docs/rust.md")]
+#[cfg(doctest)]
+pub struct GuideDoctests;
+
 mod batch;
 mod buffer;
 mod builder;

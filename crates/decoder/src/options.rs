@@ -29,7 +29,7 @@ pub struct DecodeOptions {
     /// Let the JPEG decoder work at 1/2, 1/4 or 1/8 scale (in the DCT domain, as Pillow's
     /// `draft` does) when the pipeline's first step resizes the image, or crops and
     /// resizes it, to at most half of that scale: far less work on large photos, slightly other pixels
-    /// than torchvision's (README, "Decode modes"). Off by default.
+    /// than torchvision's (docs/python.md, "Decode modes"). Off by default.
     pub draft: bool,
 }
 
