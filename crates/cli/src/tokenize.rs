@@ -50,10 +50,10 @@ pub struct Args {
     /// `litdata` (chunks for LitData's `TokensLoader`).
     #[arg(long, value_enum, default_value_t = Format::Megatron)]
     format: Format,
-    /// litdata: tokens a chunk holds at most (LitData's `chunk_size`); a block never spans
-    /// two chunks.
-    #[arg(long, default_value_t = 1 << 25)]
-    chunk_tokens: u64,
+    /// litdata: tokens a chunk holds at most (LitData's `chunk_size`; default 2^25, 64 MiB
+    /// of uint16 ids); a block never spans two chunks.
+    #[arg(long)]
+    chunk_tokens: Option<u64>,
     /// The field of each line that holds its text.
     #[arg(long, default_value = "text")]
     text_field: String,
@@ -95,7 +95,8 @@ impl Writer {
                 Writer::Mds(MdsWriter::create(out, vec![column])?, dtype, 0)
             }
             Format::Litdata => {
-                Writer::Litdata(TokenChunkWriter::create(out, dtype, args.chunk_tokens)?, 0)
+                let chunk = args.chunk_tokens.unwrap_or(1 << 25);
+                Writer::Litdata(TokenChunkWriter::create(out, dtype, chunk)?, 0)
             }
         })
     }
@@ -141,6 +142,11 @@ struct Line {
 pub fn main(args: Args) -> Result {
     if args.batch == 0 {
         return Err("--batch 0: give the documents tokenized at once, 1 or more".into());
+    }
+    if args.chunk_tokens.is_some() && args.format != Format::Litdata {
+        return Err(
+            "--chunk-tokens sizes LitData chunks: give --format litdata, or leave it out".into(),
+        );
     }
     let stores = Stores::new(parse_store_options(&args.options)?)?;
     let tokenizer = Tokenizer::from_bytes(stores.whole(&args.tokenizer)?)

@@ -473,4 +473,20 @@ fn tokenize_writes_the_ids_the_tokenizers_package_gives() {
             "{needle}: {stderr}"
         );
     }
+    // A LitData chunk size for another format would be unread: refused.
+    let result = loader()
+        .arg("tokenize")
+        .arg(&corpus)
+        .arg("--tokenizer")
+        .arg(&tokenizer)
+        .arg("--out")
+        .arg(out.path().join("x"))
+        .args(["--chunk-tokens", "100"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success() && stderr.contains("--format litdata"),
+        "{stderr}"
+    );
 }

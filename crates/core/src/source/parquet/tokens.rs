@@ -9,7 +9,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use loader_scheduler::{Record, Records};
+use loader_storage::{DynStorage, ObjectMeta, Storage};
 use parquet::basic::{LogicalType, Type as PhysicalType};
 use parquet::column::page::{Page, PageMetadata, PageReader};
 use parquet::column::reader::ColumnReaderImpl;
@@ -19,9 +21,60 @@ use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::SchemaDescriptor;
 
 use super::columns::without_panics;
-use super::footer::{Sparse, chunk_span};
+use super::footer::{self, Sparse, chunk_span};
+use super::{Parquet, failed};
 use crate::source::columns::default_token_column;
+use crate::source::error::{Result as SourceResult, SourceError};
+use crate::source::index::Dataset;
 use crate::tokens::{Blocking, Documents, Encoded, Placement, TokenFile, TokenType, block_record};
+
+impl Parquet {
+    /// The token dataset in the files `metas` describe: each file's footer read (the
+    /// column chunks' value counts give its blocks), its row groups' token columns read
+    /// when their blocks are loaded.
+    pub(super) async fn load_tokens(
+        &self,
+        store: &DynStorage,
+        metas: Vec<ObjectMeta>,
+        blocking: crate::tokens::Blocking,
+        vocab: Option<u64>,
+    ) -> SourceResult<Dataset> {
+        if self.columns.image.is_some() || self.columns.label.is_some() || !self.members.is_empty()
+        {
+            return Err(SourceError::Invalid(
+                "source.block_size reads Parquet rows as token ids: leave source.image_column, \
+                 source.label_column and source.member_columns unset"
+                    .into(),
+            ));
+        }
+        let name = store.name();
+        let column = self.columns.tokens.as_deref();
+        let per_file: Vec<Vec<_>> = futures::stream::iter(metas)
+            .map(|meta| async move {
+                let problem = |problem: String| SourceError::Parquet {
+                    file: meta.key.clone(),
+                    store: name.to_owned(),
+                    problem,
+                };
+                let version = meta.version.as_deref();
+                let footer = footer::read_metadata(meta.size, |range| {
+                    footer::get(&**store, &meta.key, range, version)
+                })
+                .await
+                .map_err(|e| failed(e, problem))?;
+                let chosen =
+                    choose(footer.file_metadata().schema_descr(), column).map_err(problem)?;
+                let key: Arc<str> = Arc::from(meta.key.as_str());
+                files(&key, &Arc::new(footer), meta.size, chosen, blocking, vocab).map_err(problem)
+            })
+            .buffered(self.concurrency)
+            .try_collect()
+            .await?;
+        let files = crate::tokens::TokenFiles::numbered(per_file.into_iter().flatten().collect())
+            .map_err(|e| SourceError::Invalid(format!("{name}: {e}")))?;
+        Dataset::from_tokens(files)
+    }
+}
 
 /// The most bytes one row group's decoding may take: it is decoded whole (two levels, a
 /// value and the id a slot, then each block's record), its blocks held until read.
