@@ -24,8 +24,8 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet torch torchvision boto3 pillow
 fi
-# The Python package, built from this checkout (release wheel, by maturin).
-"$venv/bin/pip" install --quiet --force-reinstall --no-deps ./crates/python
+# The Python package as users install it: the release wheel of this checkout (.ci/wheel).
+"$venv/bin/pip" install --quiet --force-reinstall --no-deps "$(.ci/wheel)"
 
 cargo build --release -q -p loader-cli
 target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')

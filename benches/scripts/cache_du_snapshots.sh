@@ -1,5 +1,5 @@
 #!/bin/bash
-# Usage: cache_du_snapshots.sh PID DIR  (BENCHMARKS.md, "Cache: budgets, measured").
+# Usage: cache_du_snapshots.sh PID DIR  (docs/benchmarks.md, "Cache: budgets, measured").
 # Exact snapshots of a cache directory's file bytes: stop the process, wait until every
 # thread is stopped, walk, continue.
 pid=$1; dir=$2; peak=0; n=0

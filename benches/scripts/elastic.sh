@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28's measurements (BENCHMARKS.md, "Mixtures and elastic resume"), one run:
+# The elastic-resume measurements (docs/benchmarks.md, "Mixtures and elastic resume"), one run:
 #  1. GETs per image per rank with 8 (and 3) ranks reading WebDataset shards in shard-local order,
 #     this checkout's global order (lanes) against the per-rank order of the build before it
 #     (git revision $BEFORE, built into a worktree of its own), same shards, same server;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31's measurement (BENCHMARKS.md, "One cache per node"), one run: 4 and 8 rank
+# The node-cache measurement (docs/benchmarks.md, "One cache per node"), one run: 4 and 8 rank
 # processes on this machine (one node) read a shuffled ImageFolder from `loader serve s3`
 # for two epochs through a cache directory, started together as torchrun starts them
 # (LOCAL_RANK/LOCAL_WORLD_SIZE set); the second epoch's GETs and each rank's img/s for

@@ -33,7 +33,7 @@
 //!
 //! Why moving and not sharing: a CPU tensor of candle owns a `Vec`, so the batch's buffer
 //! leaves the loader's pool, which allocates a new one for a later batch; copying into
-//! candle would allocate as much and copy too. BENCHMARKS.md ("burn and candle") measures
+//! candle would allocate as much and copy too. docs/benchmarks.md ("burn and candle") measures
 //! what the lost reuse costs per batch.
 
 use candle_core::{Device, Tensor};

@@ -51,12 +51,12 @@ enum Command {
     Serve(serve::Args),
     /// Iterate a dataset at a URL and report throughput and the bottleneck stage.
     Run(run::Args),
-    /// Write any dataset the loader reads as WebDataset shards, optionally resized.
+    /// Write any dataset the loader reads as WebDataset or Parquet shards, optionally resized.
     Pack(pack::Args),
     /// Reproduce the paper: storage latency x fetch strategy, against the CPU ceiling.
     #[cfg(feature = "tools")]
     Bench(bench::Args),
-    /// Tokenize a text corpus (JSON lines) into a Megatron-LM dataset the loader reads.
+    /// Tokenize a text corpus (JSON lines) into token files the loader reads (Megatron-LM, MDS, LitData).
     #[cfg(feature = "tokenize")]
     Tokenize(tokenize::Args),
 }

@@ -5,8 +5,8 @@
 //! consumer that stalls. Every test checks that each sampled index is delivered (or, under
 //! `Skip`, reported) exactly once, in order, with the right bytes.
 //!
-//! `LOADER_FAULT_RUNS=N` repeats the randomised tests with N seeds (default 1); RELIABILITY.md
-//! records such runs.
+//! `LOADER_FAULT_RUNS=N` repeats the randomised tests with N seeds (default 1); docs/reliability.md
+//! gives a 20-seed run's counts.
 
 mod common;
 

@@ -229,7 +229,7 @@ fn a_panicking_sampler_is_an_error_not_a_normal_end_of_the_epoch() {
     }
 }
 
-// Defect 3: `set_epoch(state.epoch)` after `resume(state)` (the README's loop after a
+// Defect 3: `set_epoch(state.epoch)` after `resume(state)` (the training loop of docs/rust.md after a
 // restart) restarted the epoch at position 0 and delivered its first samples again.
 #[test]
 fn set_epoch_after_resume_keeps_the_position() {
@@ -539,7 +539,7 @@ fn listings_and_manifest_reads_are_retried_by_default() {
     assert!(flaky.gets.load(Ordering::SeqCst) >= 3);
 }
 
-// Reported by review, now the rule (RELIABILITY.md): a sample skipped for a transient
+// The rule (docs/reliability.md): a sample skipped for a transient
 // error (once retries, here off, are spent) is reported with its key and not read again in
 // that epoch; the next epoch reads it. The `Skip` budget counts the failures of one epoch
 // since the loader started or resumed it: a resume starts it afresh, because a checkpoint

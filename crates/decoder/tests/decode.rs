@@ -614,7 +614,7 @@ fn damaged_files_written_by_pil_decode_to_pils_pixels() {
                 .map(|(a, b)| a.abs_diff(*b))
                 .max()
                 .unwrap();
-            // Printed so the figure in RELIABILITY.md comes from this command:
+            // Printed so the figure in docs/reliability.md comes from this command:
             // cargo test -p loader-decoder --test decode damaged_files_written_by_pil -- --nocapture
             println!("{} {jpeg:?}: mean {mean:.3}, worst {worst}", path.display());
             // libjpeg-turbo is PIL's own decoder: its pixels exactly; zune-jpeg's IDCT

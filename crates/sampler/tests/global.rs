@@ -410,7 +410,7 @@ fn gets(order: &GlobalOrder, world: usize, per_chunk: u64) -> (usize, usize) {
 fn other_world_sizes_keep_most_reads_with_their_lanes() {
     // 16 lanes on world sizes that do not divide 16: a lane's reads go to the ranks its
     // share falls on, so most chunks are still read whole by one rank, and few reads stray
-    // to even out the shares. (Measured on the S3 server: BENCHMARKS.md.)
+    // to even out the shares. (Measured on the S3 server: docs/benchmarks.md.)
     let order = GlobalOrder::new(
         vec![
             SourceOrder::new(

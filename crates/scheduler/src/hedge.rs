@@ -87,7 +87,7 @@ impl Hedge {
     /// Stalls only: no request is sent again for being in the tail, only a stalled one
     /// ([`Hedge::stall_factor`]), once per stall (twice if the first repeat stalls too). The engine's default: it costs a request
     /// per lost response and rescues each from the attempt timeout (an epoch of 2,000
-    /// objects with 2% of responses black-holed: 3 s instead of 90, BENCHMARKS.md).
+    /// objects with 2% of responses black-holed: 3 s instead of 90, docs/benchmarks.md).
     pub fn stalls_only() -> Self {
         Self {
             budget: 0.0,

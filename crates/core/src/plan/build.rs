@@ -187,7 +187,7 @@ impl Planner {
             // Not an error: every sample is still read once; it costs requests.
             tracing::warn!(
                 "world size {world} does not divide the shard order's {lanes} lanes: ranks \
-                 share chunks, so shards are read with 2-10x the GETs (BENCHMARKS.md); the \
+                 share chunks, so shards are read with 2-10x the GETs (docs/benchmarks.md); the \
                  lanes were fixed when the run started; give a run lanes that every world \
                  size it will have divides (e.g. 48 for 3, 6, 12, 24 and 48 ranks) at its \
                  start"
