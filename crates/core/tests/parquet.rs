@@ -78,7 +78,7 @@ fn check(name: &str, dataset: &Dataset, want: &Expected, seen: &[Seen]) {
 #[test]
 fn files_written_by_pyarrow_and_datasets_read_as_pyarrow_reads_them_back() {
     let expected = expected();
-    assert_eq!(expected.len(), 20, "the fixtures of make.py");
+    assert_eq!(expected.len(), 22, "the fixtures of make.py");
     let store = local(&fixtures());
     for (name, want) in expected.iter().filter(|(n, _)| !n.contains("null")) {
         let dataset = Parquet::new()

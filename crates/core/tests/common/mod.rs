@@ -207,7 +207,7 @@ pub fn damaged(
         change(dir.path());
         let store = local(dir.path());
         let dataset = open(&store)?;
-        let l = DataLoader::builder(store, dataset)
+        let mut l = DataLoader::builder(store, dataset)
             .map(
                 |bytes: Bytes, _: &SampleInfo| Ok(bytes.len()),
                 |raw: RawBatch<usize>| {
@@ -223,11 +223,14 @@ pub fn damaged(
             .build()
             .unwrap();
         let mut out: Outcome = (0, Vec::new());
-        for batch in l {
+        for batch in l.by_ref() {
             let (n, errors) = batch.map_err(|e| e.to_string())?;
             out.0 += n;
             out.1.extend(errors);
         }
+        // A batch whose every sample failed is not delivered: its reports are here.
+        out.1
+            .extend(l.take_unreported_skips().iter().map(|e| e.to_string()));
         Ok(out)
     })
 }

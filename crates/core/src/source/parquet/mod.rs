@@ -19,6 +19,7 @@ mod columns;
 mod footer;
 mod members;
 mod memory;
+mod page_header;
 mod pages;
 mod paths;
 mod tokens;

@@ -198,6 +198,8 @@ impl ImageColumn {
     fn decode_unit(&self, unit: &Unit, bytes: Bytes) -> Result<Vec<Record>, String> {
         let group = self.meta.row_group(unit.row_group);
         let chunk = group.column(self.column);
+        // Before the parquet crate allocates what a page header claims.
+        super::page_header::check_chunk(&bytes, chunk)?;
         let rows = usize::try_from(group.num_rows()).map_err(|e| e.to_string())?;
         let locations = self
             .meta

@@ -233,6 +233,8 @@ impl RowGroup {
     ) -> Result<(Vec<T::T>, Vec<u64>), String> {
         let group = self.meta.row_group(self.row_group);
         let chunk = group.column(self.column);
+        // Before the parquet crate allocates what a page header claims.
+        super::page_header::check_chunk(&bytes, chunk)?;
         let rows = usize::try_from(group.num_rows()).map_err(|e| e.to_string())?;
         let sparse = Sparse {
             size: self.size,
