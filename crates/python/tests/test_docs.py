@@ -108,7 +108,8 @@ def test_every_test_a_page_names_is_in_the_file_it_names(page: Path) -> None:
     for line in page.read_text().splitlines():
         if not line.startswith("|"):
             continue  # prose names settings and functions too; a table row names its tests
-        for cell in line.split("|"):
+        # The first column says what is claimed (it may name settings); the rest name tests.
+        for cell in line.split("|")[2:]:
             current: list[Path] | None = None
             for token in re.findall(r"`([^`]+)`", cell):
                 if path.match(token) and ("/" in token or token.endswith((".rs", ".py"))):
