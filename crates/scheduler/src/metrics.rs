@@ -34,6 +34,9 @@ pub struct Metrics {
     ready_batches: AtomicUsize,
     /// Sum over fetches of the in-flight count at their start, to report the mean.
     in_flight_sum: AtomicU64,
+    /// Requests started: what `in_flight_sum` is a sum over (not those ended, which leaves
+    /// the requests still in flight at a summary out of the count and inflates the mean).
+    fetches_started: AtomicU64,
     /// Set when the engine's drop had to leave a blocking read's thread behind.
     detached: AtomicBool,
     /// The in-flight limit now, whether it adapts, and why it last changed.
@@ -136,6 +139,7 @@ impl Metrics {
             decoding: AtomicUsize::new(0),
             ready_batches: AtomicUsize::new(0),
             in_flight_sum: AtomicU64::new(0),
+            fetches_started: AtomicU64::new(0),
             detached: AtomicBool::new(false),
             limit: AtomicUsize::new(max_in_flight),
             adaptive: adaptive_cap.is_some(),
@@ -230,6 +234,7 @@ impl Metrics {
     pub(crate) fn fetch_started(&self) -> InFlight<'_> {
         let now = self.took_off();
         self.in_flight_sum.fetch_add(now as u64, Ordering::Relaxed);
+        self.fetches_started.fetch_add(1, Ordering::Relaxed);
         InFlight {
             metrics: self,
             started: Instant::now(),
@@ -361,7 +366,7 @@ impl Metrics {
             decode: self.decode.summary(),
             queue_wait: self.queue_wait.summary(),
             consumer_wait: self.consumer_wait.summary(),
-            mean_in_flight: match fetch.count + cached.count {
+            mean_in_flight: match self.fetches_started.load(Ordering::Relaxed) {
                 0 => 0.0,
                 n => self.in_flight_sum.load(Ordering::Relaxed) as f64 / n as f64,
             },
@@ -449,5 +454,31 @@ impl Drop for Decoding<'_> {
     fn drop(&mut self) {
         self.metrics.decoding.fetch_sub(1, Ordering::Relaxed);
         self.metrics.decode.record(self.started.elapsed());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mean_in_flight_counts_the_requests_still_in_flight_and_never_passes_the_peak() {
+        // Three requests start (1, then 2, then 3 in flight as each starts); one ends before
+        // the summary. The mean of what each start saw is 2; dividing by the requests ended
+        // gave 6, twice the peak.
+        let metrics = Metrics::new(8, None, 1);
+        let first = metrics.fetch_started();
+        let second = metrics.fetch_started();
+        let third = metrics.fetch_started();
+        drop(first);
+        let summary = metrics.summary();
+        assert_eq!(summary.peak_in_flight, 3);
+        assert!(
+            (summary.mean_in_flight - 2.0).abs() < 1e-9,
+            "{}",
+            summary.mean_in_flight
+        );
+        drop((second, third));
+        assert!(metrics.summary().mean_in_flight <= metrics.summary().peak_in_flight as f64);
     }
 }
