@@ -80,9 +80,10 @@ impl PyLoader {
         Err(errors::config(format!(
             "this loader was made in process {} and is used in process {now}, forked from \
              it; its fetch and decode threads do not exist here, so it cannot run. Make the \
-             loader in the process that iterates it, e.g. inside IterableDataset.__iter__, \
-             or iterate it directly instead of under torch's DataLoader with num_workers > 0 \
-             (it fetches and decodes on threads of its own)",
+             loader in the process that iterates it: give torch's DataLoader \
+             `loader.as_iterable_dataset()` (each worker makes its own loader and reads its \
+             share), or iterate the loader directly instead of under torch's DataLoader \
+             with num_workers > 0 (it fetches and decodes on threads of its own)",
             self.pid
         )))
     }

@@ -421,7 +421,9 @@ class DataLoader:
         """A pass, as torch's DataLoader: a new ``iter()`` starts an epoch (the next one),
         however the last pass ended (after its last batch, with or without asking past it,
         or at a ``break``); right after ``load_state_dict`` it continues the saved epoch.
-        An iterator of an earlier pass ends when a new one starts."""
+        An iterator of an earlier pass, asked for a batch after a new one started, raises
+        ``RuntimeError``: its epoch was cut short, which a loop must not take for its end
+        (two threads iterating one loader share its passes; give each its own loader)."""
         self._check_ranks()
         self._native.begin_pass()
         self._pass += 1
@@ -429,7 +431,13 @@ class DataLoader:
 
     def _batches(self, this_pass: int) -> Iterator[Batch]:
         native = self._native
-        while self._pass == this_pass:
+        while True:
+            if self._pass != this_pass:
+                raise RuntimeError(
+                    "this iterator's pass (epoch) was superseded by a new iter() on the same "
+                    "DataLoader before it ended: a loader runs one pass at a time, so its "
+                    "epoch is cut short here. Iterate a loader from one place at a time, or "
+                    "make one loader per thread")
             raw = native.next_batch()
             if raw is None:
                 self._report_unreported_skips()
