@@ -153,6 +153,21 @@ fn damaged_indexes_and_shards_are_errors_naming_the_file_never_panics_or_hangs()
         err.contains("index.json") && err.contains("not an MDS index"),
         "{err}"
     );
+    // A shard named outside the index's folder: refused naming the index and the name (the
+    // store's own refusal of `..` named neither).
+    let err = damaged(
+        |d| {
+            let index = std::fs::read_to_string(d.join("index.json")).unwrap();
+            let index = index.replacen("\"shard.00000.mds\"", "\"../shard.00000.mds\"", 1);
+            std::fs::write(d.join("index.json"), index).unwrap();
+        },
+        "escaping",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("index.json") && err.contains("../shard.00000.mds") && err.contains("inside"),
+        "{err}"
+    );
     let err = damaged(flip("shard.00001.mds", 0, 1), "count").unwrap_err();
     assert!(
         err.contains("shard.00001.mds") && err.contains("the index says"),

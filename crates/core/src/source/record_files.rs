@@ -233,6 +233,25 @@ pub(crate) async fn index_json(probe: &Probe<'_>) -> Result<Option<(Fit, String,
     Ok(Some((fit, key, text)))
 }
 
+/// A file an index lists is named relative to the index's folder, and lies inside it: no
+/// `..`, `.`, empty or absolute part, no backslash. (The store refuses such keys too, but
+/// without naming the index that listed them.)
+pub(crate) fn check_listed_name(name: &str) -> std::result::Result<(), String> {
+    let outside = name.is_empty()
+        || name.starts_with('/')
+        || name.contains('\\')
+        || name
+            .split('/')
+            .any(|part| part.is_empty() || part == "." || part == "..");
+    if outside {
+        return Err(format!(
+            "it lists the file {name:?}, which is not a name inside the index's folder \
+             (no '..', '.', empty or absolute parts)"
+        ));
+    }
+    Ok(())
+}
+
 /// The files an index at key `index` lists, named relative to its folder by `name`, each
 /// read by `open` given its key, [`OPEN_AT_ONCE`] at a time, in the index's order.
 pub(crate) async fn open_files<T, R, Fut>(

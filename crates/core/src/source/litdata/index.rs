@@ -130,6 +130,7 @@ pub(super) fn parse_index(text: &[u8]) -> Result<Described, String> {
         ));
     }
     for c in &index.chunks {
+        crate::source::record_files::check_listed_name(&c.filename)?;
         // Item offsets are u32: no chunk is larger.
         if c.chunk_bytes > u64::from(u32::MAX) || c.chunk_size > u64::from(u32::MAX) {
             return Err(format!(

@@ -81,6 +81,10 @@ pub(super) fn parse_index(bytes: &[u8]) -> Result<Vec<ShardInfo>, String> {
     let index: Index = serde_json::from_slice(bytes)
         .map_err(|e| format!("not an MDS index (a JSON object with \"shards\"): {e}"))?;
     for s in &index.shards {
+        crate::source::record_files::check_listed_name(&s.raw_data.basename)?;
+        if let Some(zip) = &s.zip_data {
+            crate::source::record_files::check_listed_name(&zip.basename)?;
+        }
         if s.format.as_deref().is_some_and(|f| f != "mds") {
             return Err(format!(
                 "shard {:?} is in format {:?}; only MDS shards are read here",
