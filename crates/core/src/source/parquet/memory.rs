@@ -1,7 +1,6 @@
 //! A Parquet file held in memory, read as the loader reads one (its images, or its token
 //! blocks): what the fuzz target and a check of a file without a store call.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use loader_storage::ObjectMeta;
@@ -58,14 +57,15 @@ impl Parquet {
         let footer =
             futures::executor::block_on(footer::read_metadata(size, |r| fetch(r, Keep::No)))
                 .map_err(|e| failed(e, problem))?;
-        let chosen = tokens::choose(
-            footer.file_metadata().schema_descr(),
+        let files = tokens::open_file(
+            name,
+            footer,
+            size,
             self.columns.tokens.as_deref(),
+            blocking,
+            None,
         )
         .map_err(problem)?;
-        let key: Arc<str> = Arc::from(name);
-        let files = tokens::files(&key, &Arc::new(footer), size, chosen, blocking, None)
-            .map_err(problem)?;
         let files = crate::tokens::TokenFiles::numbered(files)
             .map_err(|e| SourceError::Invalid(e.to_string()))?;
         let dataset = Dataset::from_tokens(files)?;

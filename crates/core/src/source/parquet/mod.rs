@@ -219,32 +219,17 @@ impl Parquet {
         meta: ObjectMeta,
         members_held: &AtomicU64,
     ) -> Result<Opened> {
-        // Cache files are read and written on the blocking pool: files are opened
-        // concurrently on the runtime, which a blocking read would stall.
-        let cached = match self.cache_dir.clone() {
-            Some(dir) => {
-                let (name, meta) = (name.to_owned(), meta.clone());
-                tokio::task::spawn_blocking(move || cache::Spans::load(&dir, &name, &meta))
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(Arc::new)
-            }
-            None => None,
-        };
+        let cached = self.cached_spans(name, &meta).await;
         let (key, version) = (meta.key.clone(), meta.version.clone());
         let fetch = |range: std::ops::Range<u64>, keep: Keep| {
-            let (key, version, cached) = (&key, &version, &cached);
-            async move {
-                if let Some(bytes) = cached.as_ref().and_then(|c| c.get(&range)) {
-                    return Ok(bytes);
-                }
-                let bytes = footer::get(store, key, range.clone(), version.as_deref()).await?;
-                if let (Some(c), Keep::Yes) = (cached, keep) {
-                    c.put(range, bytes.clone());
-                }
-                Ok(bytes)
-            }
+            read_span(
+                store,
+                &key,
+                version.as_deref(),
+                cached.as_deref(),
+                range,
+                keep,
+            )
         };
         let opened = self.open_with(name, meta, fetch, members_held).await?;
         // Paths are read beside the file, where `datasets` wrote them relative to where it
@@ -267,10 +252,21 @@ impl Parquet {
                 Ok(_) => {}
             }
         }
-        if let Some(c) = cached {
-            let _ = tokio::task::spawn_blocking(move || c.save()).await;
-        }
+        save_spans(cached).await;
         Ok(opened)
+    }
+
+    /// What the last open of the file `meta` describes kept in the cache directory (its
+    /// footer, small columns), if there is one. Cache files are read on the blocking pool:
+    /// files are opened concurrently on the runtime, which a blocking read would stall.
+    async fn cached_spans(&self, name: &str, meta: &ObjectMeta) -> Option<Arc<cache::Spans>> {
+        let dir = self.cache_dir.clone()?;
+        let (name, meta) = (name.to_owned(), meta.clone());
+        tokio::task::spawn_blocking(move || cache::Spans::load(&dir, &name, &meta))
+            .await
+            .ok()
+            .flatten()
+            .map(Arc::new)
     }
 
     /// Opens the file `meta` describes, on the store called `name`, reading its spans
@@ -424,6 +420,33 @@ impl Parquet {
             out.push((Arc::from(column.as_str()), values));
         }
         Ok(out)
+    }
+}
+
+/// The span `range` of the file at `key`: from the cache when it holds it, else from the
+/// store (at `version`), then kept for the next open when `keep` says so.
+async fn read_span(
+    store: &dyn Storage,
+    key: &str,
+    version: Option<&str>,
+    cached: Option<&cache::Spans>,
+    range: std::ops::Range<u64>,
+    keep: Keep,
+) -> std::result::Result<bytes::Bytes, FooterError> {
+    if let Some(bytes) = cached.and_then(|c| c.get(&range)) {
+        return Ok(bytes);
+    }
+    let bytes = footer::get(store, key, range.clone(), version).await?;
+    if let (Some(c), Keep::Yes) = (cached, keep) {
+        c.put(range, bytes.clone());
+    }
+    Ok(bytes)
+}
+
+/// Writes what an open kept to the cache directory, on the blocking pool.
+async fn save_spans(cached: Option<Arc<cache::Spans>>) {
+    if let Some(c) = cached {
+        let _ = tokio::task::spawn_blocking(move || c.save()).await;
     }
 }
 

@@ -22,7 +22,7 @@ use parquet::schema::types::SchemaDescriptor;
 
 use super::columns::without_panics;
 use super::footer::{self, Sparse, chunk_span};
-use super::{Parquet, failed};
+use super::{Keep, Parquet, failed, read_span, save_spans};
 use crate::source::columns::default_token_column;
 use crate::source::error::{Result as SourceResult, SourceError};
 use crate::source::index::Dataset;
@@ -56,16 +56,24 @@ impl Parquet {
                     store: name.to_owned(),
                     problem,
                 };
+                // The footer through the cache directory, as an image file's open reads it:
+                // the next run's open of an unchanged file makes no request.
+                let cached = self.cached_spans(name, &meta).await;
                 let version = meta.version.as_deref();
                 let footer = footer::read_metadata(meta.size, |range| {
-                    footer::get(&**store, &meta.key, range, version)
+                    read_span(
+                        &**store,
+                        &meta.key,
+                        version,
+                        cached.as_deref(),
+                        range,
+                        Keep::Yes,
+                    )
                 })
                 .await
                 .map_err(|e| failed(e, problem))?;
-                let chosen =
-                    choose(footer.file_metadata().schema_descr(), column).map_err(problem)?;
-                let key: Arc<str> = Arc::from(meta.key.as_str());
-                files(&key, &Arc::new(footer), meta.size, chosen, blocking, vocab).map_err(problem)
+                save_spans(cached).await;
+                open_file(&meta.key, footer, meta.size, column, blocking, vocab).map_err(problem)
             })
             .buffered(self.concurrency)
             .try_collect()
@@ -74,6 +82,27 @@ impl Parquet {
             .map_err(|e| SourceError::Invalid(format!("{name}: {e}")))?;
         Dataset::from_tokens(files)
     }
+}
+
+/// The token files of the Parquet file at `key` whose footer is `footer`: its token column
+/// (`column`, else the one its schema names so) cut by `blocking`, one file per row group.
+pub(super) fn open_file(
+    key: &str,
+    footer: ParquetMetaData,
+    size: u64,
+    column: Option<&str>,
+    blocking: Blocking,
+    vocab: Option<u64>,
+) -> Result<Vec<(Arc<str>, TokenFile)>, String> {
+    let chosen = choose(footer.file_metadata().schema_descr(), column)?;
+    files(
+        &Arc::from(key),
+        &Arc::new(footer),
+        size,
+        chosen,
+        blocking,
+        vocab,
+    )
 }
 
 /// The most bytes one row group's decoding may take: it is decoded whole (two levels, a
